@@ -1,0 +1,75 @@
+"""Lower an IR module to one `jax.jit(shard_map(...))` program over the replica mesh.
+
+An interpreter walks the module inside a function that JAX traces: each op applies its
+lowering rule from `ir.LOWERINGS` (generic ops re-bind their primitive). `check_vma=False`
+keeps JAX from adding collectives of its own: the only communication is what the IR says.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+from jax.sharding import Mesh
+
+from ..ir import LOWERINGS, Block, Module
+from ..ir.opdefs import generic_lowering
+from .layout import AXIS, ReplicaLayout
+
+
+class LoweringContext:
+    """What lowering rules may ask for: the mesh axis, the replica count, running a region."""
+
+    axis_name = AXIS
+
+    def __init__(self, num_replicas: int):
+        self.num_replicas = num_replicas
+
+    def run_block(self, block: Block, args: Sequence) -> list:
+        env = {id(a): x for a, x in zip(block.args, args)}
+        for op in block.ops:
+            rule = LOWERINGS.get(op.name, generic_lowering)
+            outs = rule(op, [env[id(v)] for v in op.operands], self)
+            for r, x in zip(op.results, outs):
+                env[id(r)] = x
+        return [env[id(v)] for v in block.results]
+
+
+class Executable:
+    """The compiled program for one module: call it with global arrays (see `layout`)."""
+
+    def __init__(self, module: Module, mesh: Mesh, donate_argnums: Sequence[int] = ()):
+        self.module, self.mesh = module, mesh
+        main = module.main
+        self.in_layouts = [ReplicaLayout(mesh, a.type) for a in main.body.args]
+        self.out_layouts = [ReplicaLayout(mesh, r.type) for r in main.body.results]
+        ctx = LoweringContext(mesh.devices.size)
+        in_layouts, out_layouts = self.in_layouts, self.out_layouts
+
+        def body(*local):
+            args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
+            outs = ctx.run_block(main.body, args)
+            return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
+
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
+                               out_specs=tuple(l.spec for l in out_layouts), check_vma=False)
+        self.jitted = jax.jit(mapped, in_shardings=tuple(l.sharding for l in in_layouts),
+                              out_shardings=tuple(l.sharding for l in out_layouts),
+                              donate_argnums=tuple(donate_argnums))
+
+    def __call__(self, *global_args) -> tuple:
+        return self.jitted(*global_args)
+
+    def run_per_replica(self, *inputs) -> list:
+        """Run on per-replica inputs: a sequence of components for per_replica args, an array otherwise."""
+        args = [lay.assemble(x) if lay.per_replica else x for x, lay in zip(inputs, self.in_layouts)]
+        outs = self(*args)
+        return [lay.components(o) if lay.per_replica else o for o, lay in zip(outs, self.out_layouts)]
+
+    def lower(self, *global_args):
+        return self.jitted.lower(*global_args)
+
+
+def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
+    import numpy as np
+
+    return Mesh(np.array(list(devices)), (AXIS,))

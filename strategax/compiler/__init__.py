@@ -1,0 +1,22 @@
+"""The Strategy API, tracing and distributed values."""
+from .context import (experimental_set_strategy, get_cross_replica_context, get_replica_context,
+                      get_strategy, has_strategy, in_cross_replica_context)
+from .default_strategy import DefaultStrategy
+from .distributed_values import DistributedValues, Mirrored, PerReplica
+from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, StrategaxError
+from .extended import StrategyExtended
+from .function import StrategyFunction
+from .importer import import_jaxpr
+from .input import DistributedDataset
+from .reduce_op import ReduceOp
+from .replica_context import ReplicaContext
+from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContext
+
+__all__ = [
+    "DefaultStrategy", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "DistributionTypeError", "DistributionValueError", "Mirrored", "MirroredStrategy",
+    "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
+    "StrategyExtended", "StrategyFunction", "ValueContext", "experimental_set_strategy",
+    "get_cross_replica_context", "get_replica_context", "get_strategy", "has_strategy",
+    "import_jaxpr", "in_cross_replica_context",
+]

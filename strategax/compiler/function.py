@@ -1,0 +1,249 @@
+"""`strategy.function`: trace a Python step into one IR module, run the passes, lower it to
+one XLA executable, and cache that by input signature."""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import ir
+from ..backends import Executable, ReplicaLayout
+from ..ir import Locality, Module, TensorType
+from ..passes import PassManager, default_pipeline
+from . import context
+from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
+from .errors import DistributionTypeError
+from .importer import import_jaxpr
+
+log = logging.getLogger("strategax")
+
+_STATIC_TYPES = (bool, int, float, complex, str, type(None))
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+
+# Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
+# static Python value baked into the program.
+PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
+
+
+@dataclass
+class _Signature:
+    key: tuple
+    treedef: Any
+    kinds: list[str]
+    leaves: list[Any]
+
+
+def _needs_regroup(v: DistributedValues) -> bool:
+    return v._values is not None and not isinstance(v._values[0], _ARRAY_TYPES + _STATIC_TYPES)
+
+
+def _expand(tree):
+    """Split distributed values whose components are pytrees into pytrees of distributed values."""
+    return jax.tree_util.tree_map(
+        lambda v: regroup(v.values, type(v)) if is_distributed(v) and _needs_regroup(v) else v,
+        tree, is_leaf=is_distributed)
+
+
+def _leaf_type(x, kind: str) -> TensorType:
+    if kind == PER_REPLICA or kind == MIRRORED:
+        if x._global is not None:
+            t = x._global[1].type
+            return t.with_locality(Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
+        first = x._values[0]
+        return TensorType(np.shape(first), jnp.result_type(first),
+                          Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
+    return TensorType(np.shape(x), jnp.result_type(x), Locality.MIRRORED)
+
+
+def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
+    if any(is_distributed(v) and _needs_regroup(v) for v in leaves):
+        leaves, treedef = jax.tree_util.tree_flatten(_expand((args, kwargs)), is_leaf=is_distributed)
+    kinds, key = [], [treedef]
+    for x in leaves:
+        if isinstance(x, DistributedValues):
+            if x._local is not None:
+                raise DistributionTypeError(
+                    "a traced distributed value was passed into a separately compiled function",
+                    "call the function's body directly inside the strategy.function")
+            check_components(x, num_replicas)
+            kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
+            t = _leaf_type(x, kind)
+            key.append((kind, t.shape, t.dtype))
+        elif isinstance(x, _ARRAY_TYPES):
+            kind = ARRAY
+            key.append((kind, x.shape, x.dtype))
+        elif isinstance(x, _STATIC_TYPES):
+            kind = STATIC
+            key.append((kind, type(x), x))
+        else:
+            try:
+                hash(x)
+            except TypeError:
+                raise DistributionTypeError(
+                    f"cannot pass a {type(x).__name__} to a strategax function",
+                    "pass arrays, Python scalars, distributed values or pytrees of them") from None
+            kind = STATIC
+            key.append((kind, type(x), x))
+        kinds.append(kind)
+    return _Signature(tuple(key), treedef, kinds, leaves)
+
+
+class _Compiled:
+    """One traced, optimised and lowered specialisation of a StrategyFunction."""
+
+    def __init__(self, module: Module, executable: Executable, sig: _Signature, out_treedef,
+                 out_plan: list, strategy):
+        self.module, self.executable, self.out_treedef = module, executable, out_treedef
+        self.out_plan, self.strategy = out_plan, strategy
+        self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        self.in_layouts = executable.in_layouts
+
+    def global_args(self, sig: _Signature) -> list:
+        out = []
+        for i, layout in zip(self.dynamic, self.in_layouts):
+            x, kind = sig.leaves[i], sig.kinds[i]
+            if kind == ARRAY:
+                out.append(x)
+            elif x._global is not None and x._global[1].mesh is layout.mesh:
+                out.append(x._global[0])
+            elif kind == PER_REPLICA:
+                out.append(layout.assemble(x._values))
+            else:
+                out.append(x._values[0])
+        return out
+
+    def __call__(self, sig: _Signature):
+        outs = self.executable(*self.global_args(sig))
+        leaves = []
+        for kind, index in self.out_plan:
+            if kind == STATIC:
+                leaves.append(index)
+                continue
+            array, layout = outs[index], self.executable.out_layouts[index]
+            if layout.per_replica:
+                leaves.append(PerReplica._from_global(array, layout))
+            elif kind in (PER_REPLICA, MIRRORED):
+                leaves.append(Mirrored._from_global(array, layout))
+            else:
+                leaves.append(array)
+        return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+
+def _module_name(fn: Callable) -> str:
+    name = getattr(fn, "__name__", "fn")
+    return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "fn"
+
+
+class StrategyFunction:
+    """A Python function compiled whole for a strategy (`@strategy.function`)."""
+
+    def __init__(self, strategy, fn: Callable, name: str | None = None):
+        self._strategy, self._fn = strategy, fn
+        self._name = name or _module_name(fn)
+        self._cache: dict[tuple, _Compiled] = {}
+        self.__wrapped__ = fn
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        if context.is_tracing():
+            return self._fn(*args, **kwargs)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        compiled = self._cache.get(sig.key)
+        if compiled is None:
+            compiled = self._compile(sig)
+        return compiled(sig)
+
+    # --- tracing and compiling ------------------------------------------------------------
+    def _trace(self, sig: _Signature, snapshots: dict | None = None):
+        strategy = self._strategy
+        dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        types = [_leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
+        out_info = {}
+
+        def flat_fn(*values):
+            leaves = list(sig.leaves)
+            for i, v in zip(dynamic, values):
+                kind = sig.kinds[i]
+                leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
+                             Mirrored._traced(v) if kind == MIRRORED else v)
+            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves)
+            with context.push(strategy), context.tracing():
+                result = self._fn(*args, **kwargs)
+            out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
+            plan, arrays = [], []
+            for leaf in out_leaves:
+                if isinstance(leaf, DistributedValues):
+                    if leaf._local is None:
+                        raise DistributionTypeError(
+                            "the function returned a distributed value it did not compute",
+                            "return values computed from the function's arguments")
+                    plan.append((PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, len(arrays)))
+                    arrays.append(leaf._local)
+                elif isinstance(leaf, _STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
+                    plan.append((STATIC, leaf))
+                else:
+                    plan.append((ARRAY, len(arrays)))
+                    arrays.append(jnp.asarray(leaf))
+            out_info["plan"] = plan
+            return arrays
+
+        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
+        closed = jax.make_jaxpr(flat_fn)(*structs)
+        func = import_jaxpr(closed, types, "main")
+        module = Module(self._name, {"num_replicas": strategy.num_replicas_in_sync}, funcs=[func])
+        if snapshots is not None:
+            snapshots["traced"] = ir.print_module(module)
+        module = default_pipeline(snapshots=snapshots).run(module)
+        return module, out_info["treedef"], out_info["plan"]
+
+    def _compile(self, sig: _Signature) -> _Compiled:
+        if self._cache:
+            log.debug("strategax: retracing %s for a new input signature", self._name)
+        module, out_treedef, plan = self._trace(sig)
+        executable = Executable(module, self._strategy._mesh)
+        compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy)
+        self._cache[sig.key] = compiled
+        return compiled
+
+    def _specialization(self, args, kwargs) -> tuple[_Compiled, _Signature]:
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        return self._cache.get(sig.key) or self._compile(sig), sig
+
+    # --- inspection -----------------------------------------------------------------------
+    def ir(self, *args, stage: str = "final", **kwargs) -> str:
+        """The IR text for these arguments: "traced", a pass name, or "final" (default)."""
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        if stage == "final":
+            return ir.print_module(self._specialization(args, kwargs)[0].module)
+        snapshots: dict[str, str] = {}
+        self._trace(sig, snapshots)
+        if stage not in snapshots:
+            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
+        return snapshots[stage]
+
+    def lowered(self, *args, **kwargs):
+        compiled, sig = self._specialization(args, kwargs)
+        return compiled.executable.lower(*compiled.global_args(sig))
+
+    def stablehlo(self, *args, **kwargs) -> str:
+        """The StableHLO text handed to XLA (before XLA's own optimisations)."""
+        return self.lowered(*args, **kwargs).as_text()
+
+    def hlo(self, *args, **kwargs) -> str:
+        """The optimised HLO text XLA compiled (what actually runs)."""
+        return self.lowered(*args, **kwargs).compile().as_text()
+
+    def stats(self, *args, **kwargs):
+        """Collectives per step: count, bytes moved per replica, and each one's reason and line."""
+        from ..ir.analysis import collective_stats
+
+        return collective_stats(self._specialization(args, kwargs)[0].module)
+
+    def __repr__(self) -> str:
+        return f"<strategax function {self._name} ({len(self._cache)} compiled)>"

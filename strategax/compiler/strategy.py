@@ -1,0 +1,231 @@
+"""The Strategy API: `MirroredStrategy`, `OneDeviceStrategy` and their shared base."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ..backends import make_mesh
+from . import context, primitives
+from .devices import resolve_device, resolve_devices
+from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
+from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
+from .extended import StrategyExtended
+from .function import StrategyFunction
+from .reduce_op import ReduceOp
+from .replica_context import ReplicaContext
+
+
+class ValueContext:
+    """What `experimental_distribute_values_from_function`'s value_fn is told."""
+
+    def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1):
+        self.replica_id_in_sync_group = replica_id_in_sync_group
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def __repr__(self) -> str:
+        return (f"ValueContext(replica_id_in_sync_group={self.replica_id_in_sync_group}, "
+                f"num_replicas_in_sync={self.num_replicas_in_sync})")
+
+
+def _tree_map_distributed(fn, tree):
+    return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
+
+
+class Strategy:
+    """A compiled distribution strategy over a list of devices, one replica per device."""
+
+    def __init__(self, devices: Sequence[jax.Device]):
+        self._devices = list(devices)
+        self._mesh = make_mesh(self._devices)
+        self._extended = StrategyExtended(self)
+        self._run_functions: dict[Any, StrategyFunction] = {}
+        self._reduce_functions: dict[Any, StrategyFunction] = {}
+
+    # --- basics -----------------------------------------------------------------------
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return len(self._devices)
+
+    @property
+    def extended(self) -> StrategyExtended:
+        return self._extended
+
+    @property
+    def cluster_resolver(self):
+        return None
+
+    def __repr__(self) -> str:
+        devs = ", ".join(f"{d.platform.upper()}:{d.id}" for d in self._devices)
+        return f"{type(self).__name__}([{devs}])"
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Enter cross-replica context for this strategy (variables created here are distributed)."""
+        entry = context.current()
+        if entry is not None and entry.strategy is not self and not getattr(entry, "_global", False):
+            raise DistributionRuntimeError(
+                f"cannot enter the scope of {self!r} inside the scope of {entry.strategy!r}",
+                "use one strategy at a time: leave the other scope first")
+        if entry is not None and entry.replica_context is not None and entry.strategy is self:
+            yield self  # scope() inside the replica function: stays in replica context, as in TF
+            return
+        with context.push(self):
+            yield self
+
+    def function(self, fn: Callable | None = None, *, name: str | None = None):
+        """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
+        if fn is None:
+            return lambda f: StrategyFunction(self, f, name)
+        return StrategyFunction(self, fn, name)
+
+    # --- run ---------------------------------------------------------------------------
+    def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
+        """Run `fn` on every replica; per-replica arguments give replica i its component i."""
+        kwargs = kwargs or {}
+        if not isinstance(args, (tuple, list)):
+            raise DistributionTypeError(f"`args` must be a tuple or list, not {type(args).__name__}",
+                                        "wrap a single argument as args=(x,)")
+        entry = context.current()
+        if entry is not None and entry.replica_context is not None:
+            raise DistributionRuntimeError("strategy.run was called inside a replica function",
+                                           "call strategy.run from cross-replica code only")
+        if not context.is_tracing():
+            runner = self._run_functions.get(fn)
+            if runner is None:
+                runner = self._run_functions[fn] = StrategyFunction(
+                    self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"))
+            return runner(*args, **kwargs)
+        local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
+        with context.push(self, ReplicaContext(self)):
+            result = fn(*local_args, **local_kwargs)
+        return _tree_map_distributed(
+            lambda x: x if is_distributed(x) else PerReplica._traced(jnp.asarray(x)), result)
+
+    def _to_local(self, x):
+        if not is_distributed(x):
+            return x
+        if x._local is None:
+            raise DistributionValueError(
+                f"a {type(x).__name__} built outside this function was captured by it",
+                "pass distributed values to the function as arguments")
+        return x._local
+
+    def _finalize_outputs(self, tree):
+        return tree
+
+    def _default_replica_context(self):
+        from .replica_context import DefaultReplicaContext
+
+        return DefaultReplicaContext(self)
+
+    # --- reduce, gather, local results --------------------------------------------------------
+    def reduce(self, reduce_op, value: Any, axis: int | None = None):
+        """Combine a distributed value (or a pytree of them) across replicas into one value."""
+        context.require_cross_replica("strategy.reduce")
+        op = ReduceOp.parse(reduce_op)
+        leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
+        n = self.num_replicas_in_sync
+        if not any(is_distributed(x) for x in leaves):
+            if op is ReduceOp.SUM and n > 1:
+                raise DistributionValueError(
+                    f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} "
+                    "replicas (TensorFlow raises here too: the sum is ambiguous)",
+                    "pass the PerReplica value that strategy.run returned, or use MEAN")
+            reducer = jnp.mean if op is ReduceOp.MEAN else jnp.sum
+            return jax.tree_util.tree_map(lambda x: x if axis is None else reducer(x, axis=axis), value)
+        for x in leaves:
+            if is_distributed(x) and x._local is None:
+                check_components(x, n)
+        if not context.is_tracing():
+            key = (op, axis)
+            fn = self._reduce_functions.get(key)
+            if fn is None:
+                fn = self._reduce_functions[key] = StrategyFunction(
+                    self, lambda v: self.reduce(op, v, axis), name="reduce")
+            return fn(value)
+        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
+
+    def _reduce_traced(self, op: ReduceOp, x, axis):
+        local = x._local if is_distributed(x) else jnp.asarray(x)
+        if axis is None:
+            return primitives.all_reduce(local, op.ir_name, "Strategy.reduce")
+        axis = axis % max(local.ndim, 1)
+        total = primitives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
+        if op is ReduceOp.MEAN:
+            total = total / (local.shape[axis] * self.num_replicas_in_sync)
+        return total
+
+    def gather(self, value: Any, axis: int):
+        """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
+        context.require_cross_replica("strategy.gather")
+        if not context.is_tracing():
+            if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
+                return value
+            return self.function(lambda v: self.gather(v, axis), name="gather")(value)
+        n = self.num_replicas_in_sync
+        return _tree_map_distributed(
+            lambda x: primitives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
+            value)
+
+    def experimental_local_results(self, value: Any) -> tuple:
+        """One value per local replica (a 1-tuple for a plain value)."""
+        if is_distributed(value):
+            if value._local is not None:
+                return self._local_results_traced(value)
+            return tuple(value.values)
+        leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_distributed)
+        if not any(is_distributed(x) for x in leaves):
+            return (value,)
+        per_leaf = [self.experimental_local_results(x) if is_distributed(x) else (x,) * self.num_replicas_in_sync
+                    for x in leaves]
+        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf])
+                     for i in range(self.num_replicas_in_sync))
+
+    def _local_results_traced(self, value: DistributedValues) -> tuple:
+        n = self.num_replicas_in_sync
+        if isinstance(value, Mirrored):
+            return (value._local,) * n
+        gathered = primitives.all_gather(value._local[None], 0, n, "experimental_local_results")
+        return tuple(gathered[i] for i in range(n))
+
+    # --- distributing values --------------------------------------------------------------
+    def experimental_distribute_values_from_function(self, value_fn: Callable):
+        """Call value_fn(ValueContext(i, N)) for each replica i; replica i gets its result."""
+        n = self.num_replicas_in_sync
+        per_replica = []
+        for i, device in enumerate(self._devices):
+            v = value_fn(ValueContext(i, n))
+            per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
+        return regroup(per_replica, PerReplica, "value_fn result")
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """Split each global batch of `dataset` across the replicas (see `compiler.input`)."""
+        from .input import DistributedDataset
+
+        return DistributedDataset(self, dataset, options)
+
+
+class MirroredStrategy(Strategy):
+    """Synchronous data parallelism: one replica per device, variables mirrored on all."""
+
+    def __init__(self, devices: Sequence[Any] | None = None, cross_device_ops=None):
+        super().__init__(resolve_devices(devices))
+        self._cross_device_ops = cross_device_ops
+
+
+class OneDeviceStrategy(Strategy):
+    """Everything on one device; `run` returns plain values."""
+
+    def __init__(self, device: Any):
+        super().__init__([resolve_device(device)])
+
+    def _finalize_outputs(self, tree):
+        return _tree_map_distributed(lambda x: x.values[0] if is_distributed(x) else x, tree)
+
+    def experimental_local_results(self, value: Any) -> tuple:
+        if is_distributed(value):
+            return tuple(value.values)
+        return (value,)

@@ -1,0 +1,161 @@
+"""Attribute values: which Python values an op may carry, and how each prints as text.
+
+Attributes are plain literals (numbers, strings, tuples, dtypes, dense arrays) plus a
+whitelist of JAX enums and records. The parser rebuilds them from this whitelist only, so
+reading IR text never runs code.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .ops import SymbolRef
+from .types import DTYPE_NAMES, TensorType, dtype_name
+
+# Enums and records an attribute may hold, by the name they print with.
+ENUMS: dict[str, type[enum.Enum]] = {
+    c.__name__: c
+    for c in (lax.Precision, lax.GatherScatterMode, lax.RoundingMethod, lax.FftType,
+              lax.DotAlgorithmPreset)
+}
+RECORDS: dict[str, type] = {
+    c.__name__: c
+    for c in (lax.GatherDimensionNumbers, lax.ScatterDimensionNumbers, lax.ConvDimensionNumbers)
+}
+
+
+def record_fields(value: Any) -> list[str]:
+    """The field names of a whitelisted record, in constructor order."""
+    if hasattr(value, "_fields"):
+        return list(value._fields)
+    return [f.name for f in dataclasses.fields(value)]
+
+
+def normalize(value: Any, where: str = "attribute") -> Any:
+    """Turn a primitive parameter into an attribute value, or raise TypeError if it has none."""
+    if value is None or isinstance(value, (bool, str, SymbolRef)):
+        return value
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, enum.Enum):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, enum.Enum) and type(value).__name__ in ENUMS:
+        return value
+    if type(value).__name__ in RECORDS and isinstance(value, RECORDS[type(value).__name__]):
+        return type(value)(*[normalize(getattr(value, f), where) for f in record_fields(value)])
+    if isinstance(value, tuple):
+        return tuple(normalize(v, where) for v in value)
+    if isinstance(value, list):
+        return [normalize(v, where) for v in value]
+    if isinstance(value, np.ndarray):
+        dtype_name(value.dtype)
+        return value
+    if isinstance(value, (np.dtype, type)):
+        try:
+            dtype = np.dtype(value)
+        except TypeError:
+            dtype = None
+        if dtype in DTYPE_NAMES:
+            return dtype
+    return _unsupported(value, where)
+
+
+def _unsupported(value: Any, where: str):
+    raise TypeError(f"{where}: strategax IR cannot represent {type(value).__name__} value {value!r}")
+
+
+def format_float(x: float) -> str:
+    """Shortest text that reads back to the same float (`1.0`, `1e-05`, `inf`, `nan`)."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(float(x))
+
+
+def _format_scalar(x: Any) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return "true" if x else "false"
+    if isinstance(x, (float, np.floating)):
+        return format_float(float(x))
+    if isinstance(x, (complex, np.complexfloating)):
+        return f"({format_float(x.real)}, {format_float(x.imag)})"
+    return str(int(x))
+
+
+def format_dense(array: np.ndarray) -> str:
+    """`dense<f32[2]: 1.0, 2.0>`; all-equal arrays print as `dense<f32[1000]: splat 0.0>`."""
+    ty = TensorType(array.shape, array.dtype)
+    flat = array.reshape(-1)
+    if flat.size > 1 and (flat == flat[0]).all() and not _has_nan(flat):
+        return f"dense<{ty}: splat {_format_scalar(flat[0])}>"
+    kind = _kind(array.dtype)
+    convert = {"c": complex, "f": float, "b": bool}.get(kind, int)
+    items = [_format_scalar(convert(x)) for x in flat]
+    return f"dense<{ty}: {', '.join(items)}>"
+
+
+def _kind(dtype: np.dtype) -> str:
+    """'f' for every floating dtype (bfloat16 and float8 included), else NumPy's kind."""
+    return "f" if jnp.issubdtype(dtype, jnp.floating) else dtype.kind
+
+
+def _has_nan(flat: np.ndarray) -> bool:
+    kind = _kind(flat.dtype)
+    return kind in "fc" and bool(np.isnan(flat.astype(np.complex128 if kind == "c" else np.float64)).any())
+
+
+def format_attr(value: Any) -> str:
+    """The text of one attribute value; `parser.parse_attr` reads it back."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and not isinstance(value, enum.Enum):
+        return str(value)
+    if isinstance(value, float):
+        return format_float(value)
+    if isinstance(value, str):
+        return format_string(value)
+    if isinstance(value, SymbolRef):
+        return f"@{value.name}"
+    if isinstance(value, np.dtype):
+        return dtype_name(value)
+    if isinstance(value, enum.Enum):
+        return f"#{type(value).__name__}.{value.name}"
+    if type(value).__name__ in RECORDS:
+        inner = ", ".join(f"{f} = {format_attr(getattr(value, f))}" for f in record_fields(value))
+        return f"#{type(value).__name__}{{{inner}}}"
+    if isinstance(value, tuple):
+        if len(value) == 1:
+            return f"({format_attr(value[0])},)"
+        return "(" + ", ".join(format_attr(v) for v in value) + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_attr(v) for v in value) + "]"
+    if isinstance(value, np.ndarray):
+        return format_dense(value)
+    raise TypeError(f"not an attribute value: {value!r}")
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def format_string(s: str) -> str:
+    """A double-quoted string; control characters escaped as \\n, \\t, \\r or \\xNN."""
+    out = []
+    for ch in s:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'

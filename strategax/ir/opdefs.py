@@ -1,0 +1,90 @@
+"""One declaration per op, read by the printer, parser, verifier, passes and backends.
+
+`OpDef` says an op's arity, required attributes, regions, how its result locality follows
+from its operands, and any extra verification. Lowering rules live beside each declaration in
+the plain dicts `LOWERINGS` (JAX backend) and `REFERENCE` (reference interpreter), keyed by op
+name. Generic `jax.<primitive>` ops are declared once, from the primitive's name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from jax.extend import core as jex_core
+
+from .ops import Operation
+from .types import Locality
+
+LocalityRule = Callable[[Operation, Sequence[Locality]], Sequence[Locality]]
+
+
+def join_operands(op: Operation, localities: Sequence[Locality]) -> list[Locality]:
+    """Default locality: per_replica if any operand is, else mirrored."""
+    loc = Locality.MIRRORED
+    for x in localities:
+        loc = loc.join(x)
+    return [loc] * len(op.results)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    summary: str
+    num_operands: int | None = None  # None: any number
+    num_results: int | None = None
+    num_regions: int | None = 0  # None: any number
+    attrs: tuple[str, ...] = ()  # attributes that must be present
+    locality: LocalityRule = join_operands
+    verify: Callable[[Operation], str | None] | None = None  # returns an error message or None
+    is_collective: bool = False
+    primitive: object = None  # the JAX primitive a generic op re-binds
+
+
+OP_DEFS: dict[str, OpDef] = {}
+LOWERINGS: dict[str, Callable] = {}  # op name -> rule(op, args, ctx) -> list of results (in JAX)
+REFERENCE: dict[str, Callable] = {}  # op name -> rule(op, args_per_replica, ctx) -> results
+
+# Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
+INLINED_PRIMITIVES = frozenset(
+    {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
+     "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "name"})
+
+_PRIMITIVES: dict[str, jex_core.Primitive] = {}
+
+
+def declare(opdef: OpDef) -> OpDef:
+    OP_DEFS[opdef.name] = opdef
+    return opdef
+
+
+def register_primitive(prim: jex_core.Primitive) -> None:
+    """Make a JAX primitive findable by name (the importer calls this for every one it meets)."""
+    _PRIMITIVES.setdefault(prim.name, prim)
+
+
+def _load_jax_primitives() -> None:
+    from jax.extend.core import primitives
+
+    for value in vars(primitives).values():
+        if isinstance(value, jex_core.Primitive):
+            register_primitive(value)
+
+
+def lookup(name: str) -> OpDef | None:
+    """The declaration of op `name`, or None if there is no such op."""
+    opdef = OP_DEFS.get(name)
+    if opdef is None and name.startswith("jax."):
+        if not _PRIMITIVES:
+            _load_jax_primitives()
+        prim = _PRIMITIVES.get(name[4:])
+        if prim is not None and prim.name not in INLINED_PRIMITIVES:
+            opdef = declare(OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,
+                                  num_results=None if prim.multiple_results else 1))
+    return opdef
+
+
+def generic_lowering(op: Operation, args: list, ctx) -> list:
+    """Re-bind the JAX primitive with the op's attributes as its parameters."""
+    prim = lookup(op.name).primitive
+    out = prim.bind(*args, **op.attrs)
+    return list(out) if prim.multiple_results else [out]

@@ -1,0 +1,108 @@
+"""The IR's containers: operations, blocks, functions, variables and modules."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .types import TensorType
+from .values import Value
+
+
+@dataclass(frozen=True)
+class Location:
+    """The user's source line an op came from: `loc("train.py":18)`."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class SymbolRef:
+    """A reference to a module-level symbol (a variable): `@w1`."""
+
+    name: str
+
+
+@dataclass(eq=False)
+class Block:
+    """A straight-line list of ops with arguments and the values it yields."""
+
+    args: list[Value] = field(default_factory=list)
+    ops: list["Operation"] = field(default_factory=list)
+    results: list[Value] = field(default_factory=list)
+
+    def walk(self) -> Iterator["Operation"]:
+        """Every op in this block and, depth first, in its regions."""
+        for op in self.ops:
+            yield op
+            for region in op.regions:
+                yield from region.walk()
+
+
+@dataclass(eq=False)
+class Operation:
+    """One op: `name` is `jax.<primitive>` or `sx.<op>`; `attrs` hold plain literals."""
+
+    name: str
+    operands: list[Value]
+    results: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    regions: list[Block] = field(default_factory=list)
+    loc: Location | None = None
+
+    @property
+    def result(self) -> Value:
+        (r,) = self.results
+        return r
+
+
+@dataclass(frozen=True)
+class VarDecl:
+    """A module-level variable symbol: `var @w1 : f32[256,512] {sync = on_write, agg = none}`."""
+
+    name: str
+    type: TensorType
+    attrs: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(eq=False)
+class Func:
+    """A function: its body block's args are the parameters, its results the return values."""
+
+    name: str
+    body: Block
+
+    @property
+    def arg_types(self) -> list[TensorType]:
+        return [v.type for v in self.body.args]
+
+    @property
+    def result_types(self) -> list[TensorType]:
+        return [v.type for v in self.body.results]
+
+
+@dataclass(eq=False)
+class Module:
+    """A compilation unit: attributes (e.g. num_replicas), variables and functions."""
+
+    name: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    vars: list[VarDecl] = field(default_factory=list)
+    funcs: list[Func] = field(default_factory=list)
+
+    @property
+    def main(self) -> Func:
+        """The entry function: the first one."""
+        return self.funcs[0]
+
+    def walk(self) -> Iterator[Operation]:
+        for f in self.funcs:
+            yield from f.body.walk()
+
+    def __str__(self) -> str:
+        from .printer import print_module
+
+        return print_module(self)

@@ -1,0 +1,429 @@
+"""Text to IR: the exact inverse of the printer.
+
+A regex lexer and a recursive-descent parser. Attributes are rebuilt from literals and the
+whitelists in `attributes`; nothing is evaluated. Every problem, syntax or meaning, raises
+`ParseError` (a ValueError) carrying the line and column and a caret under the spot.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from . import attributes as A
+from .opdefs import lookup
+from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
+from .types import DTYPES, Locality, TensorType
+from .values import Value
+
+MAX_DEPTH = 100
+
+_TOKEN = re.compile(r"""
+   (?P<ws>[ \t\r\n]+|//[^\n]*)
+ | (?P<value>%[A-Za-z0-9_.]+)
+ | (?P<symbol>@[A-Za-z0-9_.]+)
+ | (?P<hash>\#[A-Za-z_][A-Za-z0-9_.]*)
+ | (?P<number>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)|-inf)
+ | (?P<string>"(?:[^"\\\n]|\\.)*")
+ | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
+ | (?P<punct>->|[{}()\[\],:=^<>])
+ | (?P<bad>.)
+""", re.VERBOSE | re.DOTALL)
+_INT = re.compile(r"-?\d+\Z")
+_LOCALITIES = {loc.value: loc for loc in Locality}
+
+
+class ParseError(ValueError):
+    """Malformed IR text; `line` and `col` are 1-based."""
+
+    def __init__(self, message: str, text: str = "", pos: int = 0, filename: str = "<string>"):
+        self.message, self.filename = message, filename
+        self.line = text.count("\n", 0, pos) + 1
+        start = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", pos)
+        self.source_line = text[start:end if end >= 0 else len(text)]
+        self.col = pos - start + 1
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        caret = " " * (self.col - 1) + "^"
+        return f"{self.filename}:{self.line}:{self.col}: {self.message}\n{self.source_line}\n{caret}"
+
+
+def _lex(text: str, filename: str) -> list[tuple[str, str, int]]:
+    tokens = []
+    append = tokens.append
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind == "ws":
+            continue
+        if kind == "bad":
+            raise ParseError(f"unexpected character {m.group()!r}", text, m.start(), filename)
+        append((kind, m.group(), m.start()))
+    append(("eof", "", len(text)))
+    return tokens
+
+
+def _unescape(s: str) -> str:
+    out, i = [], 1
+    while i < len(s) - 1:
+        ch = s[i]
+        if ch == "\\":
+            nxt = s[i + 1]
+            if nxt == "x":
+                out.append(chr(int(s[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            out.append({"n": "\n", "t": "\t", "r": "\r"}.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+class _Parser:
+    def __init__(self, text: str, filename: str):
+        self.text, self.filename = text, filename
+        self.toks = _lex(text, filename)
+        self.i = 0
+        self.depth = 0
+
+    # --- token helpers -------------------------------------------------------------------
+    def error(self, message: str, pos: int | None = None) -> ParseError:
+        return ParseError(message, self.text, self.toks[self.i][2] if pos is None else pos,
+                          self.filename)
+
+    def peek(self, text: str | None = None, kind: str | None = None) -> bool:
+        k, t, _ = self.toks[self.i]
+        return (kind is None or k == kind) and (text is None or (t == text and k != "string"))
+
+    def next(self) -> tuple[str, str, int]:
+        tok = self.toks[self.i]
+        if tok[0] != "eof":
+            self.i += 1
+        return tok
+
+    def expect(self, text: str | None = None, kind: str | None = None) -> tuple[str, str, int]:
+        if not self.peek(text, kind):
+            k, t, _ = self.toks[self.i]
+            want = repr(text) if text else kind
+            raise self.error(f"expected {want}, found {repr(t) if k != 'eof' else 'end of input'}")
+        return self.next()
+
+    def accept(self, text: str) -> bool:
+        if self.peek(text):
+            self.i += 1
+            return True
+        return False
+
+    def line_of(self, pos: int) -> int:
+        return self.text.count("\n", 0, pos)
+
+    def enter(self):
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.error(f"nesting deeper than {MAX_DEPTH}")
+
+    # --- types and attributes --------------------------------------------------------------
+    def parse_type(self) -> TensorType:
+        _, name, pos = self.expect(kind="ident")
+        if name not in DTYPES:
+            raise self.error(f"unknown dtype {name!r}", pos)
+        self.expect("[")
+        dims = []
+        while not self.peek("]"):
+            _, d, dpos = self.expect(kind="number")
+            if not _INT.match(d) or int(d) < 0:
+                raise self.error(f"dimension must be a non-negative integer, not {d}", dpos)
+            dims.append(int(d))
+            if not self.accept(","):
+                break
+        self.expect("]")
+        locality = None
+        if self.peek(kind="ident") and self.toks[self.i][1] in _LOCALITIES:
+            locality = _LOCALITIES[self.next()[1]]
+        return TensorType(tuple(dims), DTYPES[name], locality)
+
+    def parse_attr_dict(self) -> dict[str, Any]:
+        self.expect("{")
+        attrs: dict[str, Any] = {}
+        while not self.peek("}"):
+            _, key, pos = self.expect(kind="ident")
+            if key in attrs:
+                raise self.error(f"attribute {key!r} given twice", pos)
+            self.expect("=")
+            attrs[key] = self.parse_attr()
+            if not self.accept(","):
+                break
+        self.expect("}")
+        return attrs
+
+    def parse_scalar(self, dtype: np.dtype) -> Any:
+        if self.peek("("):  # complex: (re, im)
+            self.next()
+            re_ = self.parse_attr()
+            self.expect(",")
+            im = self.parse_attr()
+            self.expect(")")
+            return complex(re_, im)
+        pos = self.toks[self.i][2]
+        v = self.parse_attr()
+        if isinstance(v, bool) or isinstance(v, (int, float)):
+            return v
+        raise self.error("expected a number or a boolean", pos)
+
+    def parse_dense(self) -> np.ndarray:
+        self.expect("<")
+        tpos = self.toks[self.i][2]
+        ty = self.parse_type()
+        if ty.locality is not None:
+            raise self.error("a dense literal's type has no locality", tpos)
+        self.expect(":")
+        size = int(np.prod(ty.shape, dtype=np.int64))
+        if self.accept("splat"):
+            items = [self.parse_scalar(ty.dtype)] * size
+        else:
+            items = []
+            while not self.peek(">"):
+                items.append(self.parse_scalar(ty.dtype))
+                if not self.accept(","):
+                    break
+        end = self.toks[self.i][2]
+        self.expect(">")
+        if len(items) != size:
+            raise self.error(f"dense literal of type {ty} needs {size} values, has {len(items)}", tpos)
+        try:
+            return np.array(items, dtype=ty.dtype).reshape(ty.shape)
+        except (OverflowError, ValueError, TypeError) as e:
+            raise self.error(f"values do not fit {ty}: {e}", end) from None
+
+    def parse_attr(self) -> Any:
+        kind, text, pos = self.next()
+        if kind == "number":
+            return int(text) if _INT.match(text) else float(text)
+        if kind == "string":
+            return _unescape(text)
+        if kind == "symbol":
+            return SymbolRef(text[1:])
+        if kind == "ident":
+            if text in ("true", "false"):
+                return text == "true"
+            if text == "none":
+                return None
+            if text in ("inf", "nan"):
+                return float(text)
+            if text == "dense":
+                return self.parse_dense()
+            if text in DTYPES:
+                return DTYPES[text]
+            raise self.error(f"unknown attribute value {text!r}", pos)
+        if kind == "hash":
+            return self.parse_hash(text[1:], pos)
+        if text in ("(", "["):
+            self.enter()
+            close = ")" if text == "(" else "]"
+            items, trailing = [], False
+            while not self.peek(close):
+                items.append(self.parse_attr())
+                trailing = self.accept(",")
+                if not trailing:
+                    break
+            self.expect(close)
+            self.depth -= 1
+            if close == ")" and len(items) == 1 and not trailing:
+                raise self.error("a one-element tuple is written `(x,)`", pos)
+            return tuple(items) if close == ")" else items
+        raise self.error(f"expected an attribute value, found {text or 'end of input'!r}", pos)
+
+    def parse_hash(self, name: str, pos: int) -> Any:
+        if "." in name:
+            cls_name, _, member = name.partition(".")
+            cls = A.ENUMS.get(cls_name)
+            if cls is None or member not in cls.__members__:
+                raise self.error(f"unknown enum value #{name}", pos)
+            return cls[member]
+        cls = A.RECORDS.get(name)
+        if cls is None:
+            raise self.error(f"unknown record #{name}", pos)
+        fields = self.parse_attr_dict()
+        try:
+            return cls(**fields)
+        except TypeError as e:
+            raise self.error(f"bad fields for #{name}: {e}", pos) from None
+
+    # --- ops, blocks, functions ---------------------------------------------------------
+    def define(self, scope: dict[str, Value], tok: tuple[str, str, int], ty: TensorType) -> Value:
+        name = tok[1][1:]
+        if name in scope:
+            raise self.error(f"value %{name} is defined twice", tok[2])
+        scope[name] = v = Value(ty, name)
+        return v
+
+    def use(self, scope: dict[str, Value]) -> Value:
+        _, text, pos = self.expect(kind="value")
+        v = scope.get(text[1:])
+        if v is None:
+            raise self.error(f"use of undefined value {text}", pos)
+        return v
+
+    def parse_block_body(self, scope, terminator: str) -> tuple[list[Operation], list[Value]]:
+        ops = []
+        while not self.peek(terminator):
+            if self.peek(kind="eof"):
+                raise self.error(f"expected {terminator!r} before end of input")
+            ops.append(self.parse_op(scope))
+        _, _, tpos = self.next()
+        results = []
+        if self.peek(kind="value") and self.line_of(self.toks[self.i][2]) == self.line_of(tpos):
+            results.append(self.use(scope))
+            while self.accept(","):
+                results.append(self.use(scope))
+        return ops, results
+
+    def parse_region(self) -> Block:
+        self.enter()
+        scope: dict[str, Value] = {}
+        self.expect("^")
+        self.expect("(")
+        args = self.parse_args(scope)
+        self.expect(":")
+        ops, results = self.parse_block_body(scope, "yield")
+        self.depth -= 1
+        return Block(args, ops, results)
+
+    def parse_args(self, scope) -> list[Value]:
+        args = []
+        while not self.peek(")"):
+            tok = self.expect(kind="value")
+            self.expect(":")
+            args.append(self.define(scope, tok, self.parse_type()))
+            if not self.accept(","):
+                break
+        self.expect(")")
+        return args
+
+    def parse_op(self, scope) -> Operation:
+        start = self.toks[self.i][2]
+        result_toks = []
+        if self.peek(kind="value"):
+            result_toks.append(self.next())
+            while self.accept(","):
+                result_toks.append(self.expect(kind="value"))
+            self.expect("=")
+        _, name, npos = self.expect(kind="ident")
+        opdef = lookup(name)
+        if opdef is None:
+            raise self.error(f"unknown op {name!r}", npos)
+        line = self.line_of(npos)
+        operands = []
+        if self.peek(kind="value") and self.line_of(self.toks[self.i][2]) == line:
+            operands.append(self.use(scope))
+            while self.accept(","):
+                operands.append(self.use(scope))
+        attrs = self.parse_attr_dict() if self.peek("{") else {}
+        regions = []
+        if self.accept("("):
+            self.expect("{")
+            regions.append(self.parse_region())
+            self.expect("}")
+            while self.accept(","):
+                self.expect("{")
+                regions.append(self.parse_region())
+                self.expect("}")
+            self.expect(")")
+        types = []
+        if result_toks:
+            self.expect(":")
+            types.append(self.parse_type())
+            for _ in result_toks[1:]:
+                self.expect(",")
+                types.append(self.parse_type())
+        loc = None
+        if self.peek("loc") and self.toks[self.i + 1][1] == "(":
+            self.next()
+            self.next()
+            file = _unescape(self.expect(kind="string")[1])
+            self.expect(":")
+            _, ln, lpos = self.expect(kind="number")
+            if not _INT.match(ln):
+                raise self.error("a location's line is an integer", lpos)
+            self.expect(")")
+            loc = Location(file, int(ln))
+        results = [self.define(scope, t, ty) for t, ty in zip(result_toks, types)]
+        op = Operation(name, operands, results, attrs, regions, loc)
+        from .verifier import verify_op_shape
+
+        problem = verify_op_shape(op, opdef)
+        if problem:
+            raise self.error(f"{name}: {problem}", start)
+        return op
+
+    def parse_func(self) -> Func:
+        self.expect("func")
+        name = self.expect(kind="symbol")[1][1:]
+        self.expect("(")
+        scope: dict[str, Value] = {}
+        args = self.parse_args(scope)
+        self.expect("->")
+        self.expect("(")
+        rtypes = []
+        while not self.peek(")"):
+            rtypes.append(self.parse_type())
+            if not self.accept(","):
+                break
+        self.expect(")")
+        self.expect("{")
+        ops, results = self.parse_block_body(scope, "return")
+        ret_pos = self.toks[self.i][2]
+        self.expect("}")
+        got = [v.type for v in results]
+        if got != rtypes:
+            raise self.error(f"@{name} returns ({', '.join(map(str, got))}) but declares "
+                             f"({', '.join(map(str, rtypes))})", ret_pos)
+        return Func(name, Block(args, ops, results))
+
+    def parse_module(self) -> Module:
+        self.expect("module")
+        name = self.expect(kind="symbol")[1][1:]
+        attrs = {}
+        if self.accept("attributes"):
+            attrs = self.parse_attr_dict()
+        self.expect("{")
+        m = Module(name, attrs)
+        seen = set()
+        while not self.peek("}"):
+            pos = self.toks[self.i][2]
+            if self.accept("var"):
+                vname = self.expect(kind="symbol")[1][1:]
+                self.expect(":")
+                ty = self.parse_type()
+                vattrs = self.parse_attr_dict() if self.peek("{") else {}
+                if vname in seen:
+                    raise self.error(f"symbol @{vname} is defined twice", pos)
+                seen.add(vname)
+                m.vars.append(VarDecl(vname, ty, vattrs))
+            elif self.peek("func"):
+                f = self.parse_func()
+                if f.name in seen:
+                    raise self.error(f"symbol @{f.name} is defined twice", pos)
+                seen.add(f.name)
+                m.funcs.append(f)
+            else:
+                raise self.error(f"expected 'var', 'func' or '}}', found {self.toks[self.i][1]!r}")
+        self.expect("}")
+        self.expect(kind="eof")
+        if not m.funcs:
+            raise self.error("a module needs at least one func", 0)
+        return m
+
+
+def parse(text: str, filename: str = "<string>") -> Module:
+    """Parse IR text into a Module; raises ParseError (with line and column) on bad input."""
+    if not isinstance(text, str):
+        raise TypeError(f"parse() takes IR text (str), not {type(text).__name__}")
+    try:
+        return _Parser(text, filename).parse_module()
+    except RecursionError:
+        raise ParseError("input nests too deeply", text, 0, filename) from None

@@ -1,0 +1,83 @@
+"""Value types of the IR: a tensor shape and dtype plus where the value lives."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+# Short dtype names used in the text format, and their NumPy dtypes (ml_dtypes via jnp).
+_DTYPE_NAMES = {
+    "bool": "bool", "i4": "int4", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u4": "uint4", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "c64": "complex64", "c128": "complex128",
+    "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+}
+
+
+def _load_dtypes() -> tuple[dict[str, np.dtype], dict[np.dtype, str]]:
+    import jax.numpy as jnp  # ml_dtypes (bfloat16, int4, float8) are exposed through jnp
+
+    by_name = {}
+    for short, long in _DTYPE_NAMES.items():
+        dt = getattr(jnp, long, None)
+        if dt is not None:
+            by_name[short] = np.dtype(dt)
+    return by_name, {dt: short for short, dt in by_name.items()}
+
+
+DTYPES, DTYPE_NAMES = _load_dtypes()
+
+
+def dtype_name(dtype) -> str:
+    """The text-format name of a dtype (`f32`), or TypeError when the IR cannot hold it."""
+    try:
+        return DTYPE_NAMES[np.dtype(dtype)]
+    except (KeyError, TypeError) as e:
+        raise TypeError(f"strategax IR has no type for dtype {dtype!r}") from e
+
+
+class Locality(enum.Enum):
+    """Whether a value may differ across replicas (per_replica) or is identical on all (mirrored)."""
+
+    PER_REPLICA = "per_replica"
+    MIRRORED = "mirrored"
+
+    def join(self, other: "Locality | None") -> "Locality":
+        if other is None:
+            return self
+        return Locality.PER_REPLICA if Locality.PER_REPLICA in (self, other) else Locality.MIRRORED
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """`f32[128,256] per_replica`: shape, dtype and (once known) locality."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    locality: Locality | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def with_locality(self, locality: Locality | None) -> "TensorType":
+        return TensorType(self.shape, self.dtype, locality)
+
+    def same_tensor(self, other: "TensorType") -> bool:
+        """Same shape and dtype, ignoring locality."""
+        return self.shape == other.shape and self.dtype == other.dtype
+
+    def __str__(self) -> str:
+        text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+        return f"{text} {self.locality.value}" if self.locality else text
+
+    @classmethod
+    def of(cls, aval, locality: Locality | None = None) -> "TensorType":
+        """From anything with `.shape` and `.dtype` (a JAX aval, an array)."""
+        return cls(tuple(aval.shape), aval.dtype, locality)

@@ -1,0 +1,88 @@
+"""Structural checks: every op matches its declaration, values are defined before use,
+regions are isolated, functions return what they declare, symbols exist."""
+from __future__ import annotations
+
+from .opdefs import OpDef, lookup
+from .ops import Block, Module, Operation, SymbolRef
+
+
+class VerifyError(ValueError):
+    """A malformed module; the message reprints the IR around the bad op."""
+
+
+def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:
+    """Arity, attributes and the op's own check; an error message or None."""
+    def count(kind: str, want: int | None, got: int) -> str | None:
+        if want is not None and want != got:
+            return f"expects {want} {kind}, has {got}"
+        return None
+
+    problem = (count("operands", opdef.num_operands, len(op.operands))
+               or count("results", opdef.num_results, len(op.results))
+               or count("regions", opdef.num_regions, len(op.regions)))
+    if problem:
+        return problem
+    missing = [a for a in opdef.attrs if a not in op.attrs]
+    if missing:
+        return f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if opdef.verify is not None:
+        return opdef.verify(op)
+    return None
+
+
+def _excerpt(module: Module, bad: Operation, message: str) -> str:
+    """The module text with the bad op's line marked, a few lines either side."""
+    from .printer import print_module
+
+    op_lines: dict[int, int] = {}
+    lines = print_module(module, op_lines).splitlines()
+    where = op_lines.get(id(bad))
+    if where is None:
+        return message
+    lo, hi = max(0, where - 3), min(len(lines), where + 4)
+    body = []
+    for i in range(lo, hi):
+        body.append(lines[i])
+        if i == where:
+            text = lines[i]
+            start = len(text) - len(text.lstrip())
+            body.append(" " * start + "^" * (len(text) - start) + "  " + message)
+    loc = f" (from {bad.loc})" if bad.loc else ""
+    return f"{message}{loc}\n" + "\n".join(body)
+
+
+def verify(module: Module) -> None:
+    """Raise VerifyError describing the first problem found in `module`."""
+    symbols = {v.name for v in module.vars}
+    names = [v.name for v in module.vars] + [f.name for f in module.funcs]
+    if len(set(names)) != len(names):
+        raise VerifyError(f"module @{module.name} defines a symbol twice")
+    if not module.funcs:
+        raise VerifyError(f"module @{module.name} has no function")
+
+    def check_block(block: Block) -> None:
+        defined = set(map(id, block.args))
+        for op in block.ops:
+            opdef = lookup(op.name)
+            problem = f"unknown op {op.name!r}" if opdef is None else None
+            for v in op.operands:
+                if problem is None and id(v) not in defined:
+                    problem = f"operand {v!r} is used before it is defined (or comes from outside the region)"
+            problem = problem or verify_op_shape(op, opdef)
+            for key, val in op.attrs.items():
+                if problem is None and isinstance(val, SymbolRef) and val.name not in symbols:
+                    problem = f"attribute {key} refers to unknown symbol @{val.name}"
+            if problem:
+                raise VerifyError(_excerpt(module, op, f"{op.name}: {problem}"))
+            for region in op.regions:
+                check_block(region)
+            for r in op.results:
+                if id(r) in defined:
+                    raise VerifyError(_excerpt(module, op, f"{op.name}: result defined twice"))
+                defined.add(id(r))
+        for v in block.results:
+            if id(v) not in defined:
+                raise VerifyError(f"block yields {v!r}, which is not defined in it")
+
+    for f in module.funcs:
+        check_block(f.body)

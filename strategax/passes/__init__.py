@@ -1,0 +1,5 @@
+"""Passes over the IR, one per file, found by name through the lazy `PASSES` table."""
+from .manager import DEFAULT_PIPELINE, PASSES, Pass, PassFailure, PassManager, default_pipeline, get_pass
+
+__all__ = ["DEFAULT_PIPELINE", "PASSES", "Pass", "PassFailure", "PassManager", "default_pipeline",
+           "get_pass"]
