@@ -127,7 +127,7 @@ def check_components(value: DistributedValues, num_replicas: int) -> None:
                 f"mismatched pytree structures across replicas: component 0 is {structs[0]} "
                 f"but component {bad} is {structs[bad]}",
                 "give every replica a value of the same structure")
-        shapes = {(np.shape(c), str(np.result_type(c))) for c in comps}
+        shapes = {(np.shape(c), str(c.dtype if hasattr(c, 'dtype') else np.result_type(c))) for c in comps}
         if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
             raise DistributionValueError(
                 f"the components of this {type(value).__name__} differ in shape or dtype: "

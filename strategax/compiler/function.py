@@ -55,9 +55,16 @@ def _leaf_type(x, kind: str) -> TensorType:
             t = x._global[1].type
             return t.with_locality(Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
         first = x._values[0]
-        return TensorType(np.shape(first), jnp.result_type(first),
+        return TensorType(np.shape(first), _dtype_of(first),
                           Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
-    return TensorType(np.shape(x), jnp.result_type(x), Locality.MIRRORED)
+    return TensorType(np.shape(x), _dtype_of(x), Locality.MIRRORED)
+
+
+def _dtype_of(x) -> np.dtype:
+    """The dtype JAX gives `x` (float64 becomes float32 unless x64 is enabled)."""
+    if hasattr(x, "dtype"):
+        return np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
+    return np.dtype(jnp.result_type(x))
 
 
 def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
@@ -145,7 +152,7 @@ class StrategyFunction:
 
     def __init__(self, strategy, fn: Callable, name: str | None = None):
         self._strategy, self._fn = strategy, fn
-        self._name = name or _module_name(fn)
+        self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)

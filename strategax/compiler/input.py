@@ -57,4 +57,5 @@ class DistributedDataset:
                       for p, d in zip(pieces, devices)]
             leaves = [jax.tree_util.tree_leaves(p) for p in placed]
             treedef = jax.tree_util.tree_structure(placed[0])
-            yield jax.tree_util.tree_unflatten(treedef, [PerReplica(c) for c in zip(*leaves)])
+            yield self._strategy._finalize_outputs(
+                jax.tree_util.tree_unflatten(treedef, [PerReplica(c) for c in zip(*leaves)]))

@@ -114,6 +114,9 @@ class Strategy:
         return x._local
 
     def _finalize_outputs(self, tree):
+        """With one replica TensorFlow hands back plain values, not distributed ones."""
+        if self.num_replicas_in_sync == 1:
+            return _tree_map_distributed(lambda x: x.values[0] if is_distributed(x) else x, tree)
         return tree
 
     def _default_replica_context(self):
@@ -195,11 +198,17 @@ class Strategy:
     def experimental_distribute_values_from_function(self, value_fn: Callable):
         """Call value_fn(ValueContext(i, N)) for each replica i; replica i gets its result."""
         n = self.num_replicas_in_sync
+        if context.is_tracing():
+            values = [value_fn(ValueContext(i, n)) for i in range(n)]
+            grouped = regroup(values, PerReplica, "value_fn result")
+            index = primitives.replica_id()
+            return _tree_map_distributed(
+                lambda v: PerReplica._traced(jnp.stack([jnp.asarray(c) for c in v.values])[index]), grouped)
         per_replica = []
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
             per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
-        return regroup(per_replica, PerReplica, "value_fn result")
+        return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """Split each global batch of `dataset` across the replicas (see `compiler.input`)."""
@@ -221,11 +230,3 @@ class OneDeviceStrategy(Strategy):
 
     def __init__(self, device: Any):
         super().__init__([resolve_device(device)])
-
-    def _finalize_outputs(self, tree):
-        return _tree_map_distributed(lambda x: x.values[0] if is_distributed(x) else x, tree)
-
-    def experimental_local_results(self, value: Any) -> tuple:
-        if is_distributed(value):
-            return tuple(value.values)
-        return (value,)
