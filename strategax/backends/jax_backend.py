@@ -12,6 +12,7 @@ import jax
 from jax.sharding import Mesh
 
 from ..ir import LOWERINGS, Block, Module
+from ..ir.logical_ops import constrain_propagated
 from ..ir.opdefs import generic_lowering
 from .layout import AXIS, ReplicaLayout
 
@@ -21,8 +22,9 @@ class LoweringContext:
 
     axis_name = AXIS
 
-    def __init__(self, num_replicas: int):
+    def __init__(self, num_replicas: int, mesh: Mesh | None = None):
         self.num_replicas = num_replicas
+        self.mesh = mesh  # the whole mesh: `replica` plus any logical-device axes
 
     def run_block(self, block: Block, args: Sequence) -> list:
         env = {id(a): x for a, x in zip(block.args, args)}
@@ -30,7 +32,7 @@ class LoweringContext:
             rule = LOWERINGS.get(op.name, generic_lowering)
             outs = rule(op, [env[id(v)] for v in op.operands], self)
             for r, x in zip(op.results, outs):
-                env[id(r)] = x
+                env[id(r)] = constrain_propagated(op, r, x, self)
         return [env[id(v)] for v in block.results]
 
 
@@ -42,7 +44,7 @@ class Executable:
         main = module.main
         self.in_layouts = [ReplicaLayout(mesh, a.type) for a in main.body.args]
         self.out_layouts = [ReplicaLayout(mesh, r.type) for r in main.body.results]
-        ctx = LoweringContext(mesh.devices.size)
+        ctx = LoweringContext(mesh.shape[AXIS], mesh)
         in_layouts, out_layouts = self.in_layouts, self.out_layouts
 
         def body(*local):
@@ -51,7 +53,8 @@ class Executable:
             return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
 
         mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
-                               out_specs=tuple(l.spec for l in out_layouts), check_vma=False)
+                               out_specs=tuple(l.spec for l in out_layouts), check_vma=False,
+                               axis_names={AXIS})  # logical-device axes stay automatic
         self.jitted = jax.jit(mapped, in_shardings=tuple(l.sharding for l in in_layouts),
                               out_shardings=tuple(l.sharding for l in out_layouts),
                               donate_argnums=tuple(donate_argnums))

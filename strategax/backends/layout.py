@@ -26,7 +26,12 @@ class ReplicaLayout:
 
     @property
     def num_replicas(self) -> int:
-        return self.mesh.devices.size
+        return self.mesh.shape[AXIS]
+
+    @cached_property
+    def replica_devices(self) -> list[list]:
+        """The devices of each replica (one, or its logical devices), in replica order."""
+        return [list(row) for row in self.mesh.devices.reshape(self.num_replicas, -1)]
 
     @property
     def per_replica(self) -> bool:
@@ -55,27 +60,29 @@ class ReplicaLayout:
 
     @cached_property
     def _device_index(self) -> dict:
-        return {d: i for i, d in enumerate(self.mesh.devices.flat)}
+        return {row[0]: i for i, row in enumerate(self.replica_devices)}
 
     def components(self, array: jax.Array) -> tuple:
         """One array per replica, in replica order (views of the shards where possible)."""
         order = self._device_index
-        shards = sorted(array.addressable_shards, key=lambda s: order[s.device])
+        shards = sorted((s for s in array.addressable_shards if s.device in order),
+                        key=lambda s: order[s.device])
         if self.stacked:
             return tuple(s.data.reshape(()) for s in shards)
         return tuple(s.data for s in shards)
 
     def assemble(self, components: Sequence) -> jax.Array:
         """A global array from one component per replica (no copy for pieces already placed)."""
-        devices = list(self.mesh.devices.flat)
         pieces = []
         want = (1,) if self.stacked else self.type.shape
-        for comp, dev in zip(components, devices):
-            if not (isinstance(comp, jax.Array) and comp.committed and comp.devices() == {dev}):
-                comp = jax.device_put(np.asarray(comp, self.type.dtype) if not isinstance(comp, jax.Array) else comp, dev)
-            if comp.dtype != self.type.dtype:
-                comp = comp.astype(self.type.dtype)
-            if comp.shape != want:
-                comp = comp.reshape(want)
-            pieces.append(comp)
+        for comp, row in zip(components, self.replica_devices):
+            for dev in row:  # a replica of several logical devices holds a copy on each
+                piece = comp
+                if not (isinstance(piece, jax.Array) and piece.committed and piece.devices() == {dev}):
+                    piece = jax.device_put(np.asarray(piece, self.type.dtype) if not isinstance(piece, jax.Array) else piece, dev)
+                if piece.dtype != self.type.dtype:
+                    piece = piece.astype(self.type.dtype)
+                if piece.shape != want:
+                    piece = piece.reshape(want)
+                pieces.append(piece)
         return jax.make_array_from_single_device_arrays(self.global_shape, self.sharding, pieces)

@@ -2,6 +2,7 @@
 from .context import (experimental_set_strategy, get_cross_replica_context, get_replica_context,
                       get_strategy, has_strategy, in_cross_replica_context)
 from .default_strategy import DefaultStrategy
+from .device_assignment import DeviceAssignment
 from .distributed_values import DistributedValues, Mirrored, PerReplica
 from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, StrategaxError
 from .extended import StrategyExtended
@@ -11,12 +12,13 @@ from .input import DistributedDataset
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
 from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContext
+from .tpu_strategy import TPUStrategy
 
 __all__ = [
-    "DefaultStrategy", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "DefaultStrategy", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "Mirrored", "MirroredStrategy",
     "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
-    "StrategyExtended", "StrategyFunction", "ValueContext", "experimental_set_strategy",
+    "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "experimental_set_strategy",
     "get_cross_replica_context", "get_replica_context", "get_strategy", "has_strategy",
     "import_jaxpr", "in_cross_replica_context",
 ]

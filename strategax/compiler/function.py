@@ -203,7 +203,8 @@ class StrategyFunction:
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
         closed = jax.make_jaxpr(flat_fn)(*structs)
         func = import_jaxpr(closed, types, "main")
-        module = Module(self._name, {"num_replicas": strategy.num_replicas_in_sync}, funcs=[func])
+        attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
+        module = Module(self._name, attrs, funcs=[func])
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots).run(module)

@@ -14,6 +14,7 @@ from .distributed_values import DistributedValues, Mirrored, PerReplica, check_c
 from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
 from .extended import StrategyExtended
 from .function import StrategyFunction
+from .logical_devices import LogicalDevicesMixin
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
 
@@ -34,7 +35,7 @@ def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
 
 
-class Strategy:
+class Strategy(LogicalDevicesMixin):
     """A compiled distribution strategy over a list of devices, one replica per device."""
 
     def __init__(self, devices: Sequence[jax.Device]):
@@ -48,6 +49,10 @@ class Strategy:
     @property
     def num_replicas_in_sync(self) -> int:
         return len(self._devices)
+
+    def _ir_module_attrs(self) -> dict:
+        """Extra attributes for the modules this strategy compiles (none by default)."""
+        return {}
 
     @property
     def extended(self) -> StrategyExtended:

@@ -14,6 +14,7 @@ import numpy as np
 from . import attributes as A
 from .opdefs import lookup
 from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
+from .sharding import KINDS as SHARDING_KINDS, Sharding
 from .types import DTYPES, Locality, TensorType
 from .values import Value
 
@@ -144,7 +145,37 @@ class _Parser:
         locality = None
         if self.peek(kind="ident") and self.toks[self.i][1] in _LOCALITIES:
             locality = _LOCALITIES[self.next()[1]]
-        return TensorType(tuple(dims), DTYPES[name], locality)
+        sharding = None
+        if self.peek(kind="ident") and self.toks[self.i][1] in SHARDING_KINDS:
+            sharding = self.parse_sharding()
+        return TensorType(tuple(dims), DTYPES[name], locality, sharding)
+
+    def parse_sharding(self) -> Sharding:
+        """`split[{}, {l0, l1}]`, `replicated` or `device[3]`."""
+        kind = self.next()[1]
+        if kind == "replicated":
+            return Sharding("replicated")
+        self.expect("[")
+        if kind == "device":
+            _, d, pos = self.expect(kind="number")
+            if not _INT.match(d) or int(d) < 0:
+                raise self.error(f"logical device must be a non-negative integer, not {d}", pos)
+            self.expect("]")
+            return Sharding("device", device=int(d))
+        dims = []
+        while not self.peek("]"):
+            self.expect("{")
+            axes = []
+            while not self.peek("}"):
+                axes.append(self.expect(kind="ident")[1])
+                if not self.accept(","):
+                    break
+            self.expect("}")
+            dims.append(tuple(axes))
+            if not self.accept(","):
+                break
+        self.expect("]")
+        return Sharding("split", tuple(dims))
 
     def parse_attr_dict(self) -> dict[str, Any]:
         self.expect("{")
@@ -178,8 +209,8 @@ class _Parser:
         self.expect("<")
         tpos = self.toks[self.i][2]
         ty = self.parse_type()
-        if ty.locality is not None:
-            raise self.error("a dense literal's type has no locality", tpos)
+        if ty.locality is not None or ty.sharding is not None:
+            raise self.error("a dense literal's type has no locality or sharding", tpos)
         self.expect(":")
         size = int(np.prod(ty.shape, dtype=np.int64))
         if self.accept("splat"):

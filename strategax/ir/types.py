@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .sharding import Sharding
+
 # Short dtype names used in the text format, and their NumPy dtypes (ml_dtypes via jnp).
 _DTYPE_NAMES = {
     "bool": "bool", "i4": "int4", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
@@ -57,6 +59,7 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: np.dtype
     locality: Locality | None = None
+    sharding: "Sharding | None" = None  # over the replica's logical devices, once known
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
@@ -67,7 +70,10 @@ class TensorType:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def with_locality(self, locality: Locality | None) -> "TensorType":
-        return TensorType(self.shape, self.dtype, locality)
+        return TensorType(self.shape, self.dtype, locality, self.sharding)
+
+    def with_sharding(self, sharding: "Sharding | None") -> "TensorType":
+        return TensorType(self.shape, self.dtype, self.locality, sharding)
 
     def same_tensor(self, other: "TensorType") -> bool:
         """Same shape and dtype, ignoring locality."""
@@ -75,7 +81,8 @@ class TensorType:
 
     def __str__(self) -> str:
         text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
-        return f"{text} {self.locality.value}" if self.locality else text
+        text = f"{text} {self.locality.value}" if self.locality else text
+        return f"{text} {self.sharding}" if self.sharding is not None else text
 
     @classmethod
     def of(cls, aval, locality: Locality | None = None) -> "TensorType":

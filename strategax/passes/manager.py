@@ -24,8 +24,9 @@ class Pass(Protocol):
 PASSES: dict[str, str] = {
     "infer-locality": "strategax.passes.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
+    "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
 }
-DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "infer-locality")
+DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "infer-locality", "propagate-sharding")
 
 
 def get_pass(name: str, **options) -> Pass:

@@ -1,0 +1,76 @@
+"""`TPUStrategy`: replicas that each span several logical devices, on any JAX backend.
+
+The mesh is `replica` x the logical axes (one per prime factor of the logical devices per
+replica, `l0`, `l1`, ...); replica r owns the devices of row r. The lowering is manual over
+`replica` and leaves the logical axes to XLA's partitioner, steered by the annotations.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from ..backends import AXIS
+from ..ir.sharding import logical_axes
+from .device_assignment import DeviceAssignment
+from .devices import resolve_devices
+from .errors import DistributionValueError
+from .strategy import Strategy
+
+
+def make_logical_mesh(devices: Sequence[jax.Device], num_replicas: int,
+                      axes: tuple[tuple[str, int], ...]) -> Mesh:
+    """The (replica, l0, l1, ...) mesh; all axes Auto so sharding constraints may name them."""
+    shape = (num_replicas, *[size for _, size in axes])
+    names = (AXIS, *[name for name, _ in axes])
+    return Mesh(np.array(list(devices)).reshape(shape), names, axis_types=(AxisType.Auto,) * len(names))
+
+
+class TPUStrategy(Strategy):
+    """Data parallelism over replicas, model parallelism over each replica's logical devices."""
+
+    def __init__(self, devices: Sequence[Any] | Any = None, *, logical_devices_per_replica: int | None = None,
+                 experimental_device_assignment: DeviceAssignment | None = None):
+        if devices is not None and not isinstance(devices, (list, tuple, str, jax.Device)):
+            devices = None  # a TPUClusterResolver-like first argument, as in TF: use local devices
+        all_devices = resolve_devices(devices)
+        per_replica = self._logical_count(logical_devices_per_replica, experimental_device_assignment)
+        replicas = (experimental_device_assignment.num_replicas if experimental_device_assignment
+                    else len(all_devices) // per_replica)
+        if replicas < 1 or replicas * per_replica > len(all_devices) or (
+                experimental_device_assignment is None and len(all_devices) % per_replica):
+            raise DistributionValueError(
+                f"cannot make {replicas or 'any'} replica(s) of {per_replica} logical devices from "
+                f"{len(all_devices)} device(s)",
+                "use a logical_devices_per_replica that divides the device count, or pass fewer replicas")
+        used = all_devices[:replicas * per_replica]
+        super().__init__(used[::per_replica])  # one (first) device per replica
+        self._logical_axes = logical_axes(per_replica)
+        self._all_devices = used
+        self._device_assignment = experimental_device_assignment
+        self._mesh = make_logical_mesh(used, replicas, self._logical_axes)
+
+    @staticmethod
+    def _logical_count(count: int | None, assignment: DeviceAssignment | None) -> int:
+        if assignment is not None:
+            if count is not None and count != assignment.num_cores_per_replica:
+                raise DistributionValueError(
+                    f"logical_devices_per_replica={count} disagrees with the device assignment's "
+                    f"{assignment.num_cores_per_replica} cores per replica",
+                    "pass one of them, or make them agree")
+            return assignment.num_cores_per_replica
+        count = 1 if count is None else count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise DistributionValueError(f"logical_devices_per_replica must be a positive int, not {count!r}",
+                                         "pass e.g. logical_devices_per_replica=4")
+        return count
+
+    def _ir_module_attrs(self) -> dict:
+        """Module attributes that record the replica's logical mesh (for passes and lowering)."""
+        return {"logical_axes": self._logical_axes} if self._logical_axes else {}
+
+    def __repr__(self) -> str:
+        return (f"TPUStrategy(num_replicas={self.num_replicas_in_sync}, "
+                f"logical_devices_per_replica={self.logical_devices_per_replica})")
