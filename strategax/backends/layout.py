@@ -55,8 +55,22 @@ class ReplicaLayout:
         return PartitionSpec(AXIS) if self.per_replica else PartitionSpec()
 
     @cached_property
+    def logical_axes(self) -> tuple[tuple[str, ...], ...] | None:
+        """The logical mesh axes of each dimension when the value is split within a replica."""
+        s = self.type.sharding
+        if s is None or s.kind != "split" or len(self.mesh.axis_names) < 2 or self.stacked:
+            return None
+        return s.axes
+
+    @cached_property
     def sharding(self) -> NamedSharding:
-        return NamedSharding(self.mesh, self.spec)
+        """The global array's sharding: over `replica`, and over logical axes where split."""
+        if self.logical_axes is None:
+            return NamedSharding(self.mesh, self.spec)
+        dims = [tuple(d) for d in self.logical_axes]
+        if self.per_replica:
+            dims[0] = (AXIS, *dims[0])
+        return NamedSharding(self.mesh, PartitionSpec(*[d if d else None for d in dims]))
 
     @cached_property
     def _device_index(self) -> dict:
@@ -64,6 +78,11 @@ class ReplicaLayout:
 
     def components(self, array: jax.Array) -> tuple:
         """One array per replica, in replica order (views of the shards where possible)."""
+        if self.logical_axes is not None:  # split over logical devices: slice the global array
+            if not self.per_replica:
+                return (array,) * self.num_replicas
+            n = self.type.shape[0]
+            return tuple(array[r * n:(r + 1) * n] for r in range(self.num_replicas))
         order = self._device_index
         shards = sorted((s for s in array.addressable_shards if s.device in order),
                         key=lambda s: order[s.device])
