@@ -11,7 +11,7 @@ from typing import Sequence
 import jax
 from jax.sharding import Mesh
 
-from ..ir import LOWERINGS, Block, Module
+from ..ir import LOWERINGS, Block, Module, lookup
 from ..ir.logical_ops import constrain_propagated
 from ..ir.opdefs import generic_lowering
 from .layout import AXIS, ReplicaLayout
@@ -25,15 +25,31 @@ class LoweringContext:
     def __init__(self, num_replicas: int, mesh: Mesh | None = None):
         self.num_replicas = num_replicas
         self.mesh = mesh  # the whole mesh: `replica` plus any logical-device axes
+        # One replica of several logical devices: XLA drops the size-1 manual axis, so a
+        # cross-replica collective would become a cross-partition one; it is the identity.
+        self._collectives_are_identities = (num_replicas == 1 and mesh is not None
+                                            and len(mesh.axis_names) > 1)
 
     def run_block(self, block: Block, args: Sequence) -> list:
         env = {id(a): x for a, x in zip(block.args, args)}
         for op in block.ops:
             rule = LOWERINGS.get(op.name, generic_lowering)
+            if self._collectives_are_identities and _is_collective(op):
+                rule = _identity
             outs = rule(op, [env[id(v)] for v in op.operands], self)
             for r, x in zip(op.results, outs):
                 env[id(r)] = constrain_propagated(op, r, x, self)
         return [env[id(v)] for v in block.results]
+
+
+def _is_collective(op) -> bool:
+    opdef = lookup(op.name)
+    return (opdef is not None and opdef.is_collective and len(op.operands) == len(op.results)
+            and all(a.type.same_tensor(r.type) for a, r in zip(op.operands, op.results)))
+
+
+def _identity(op, args, ctx) -> list:
+    return list(args)
 
 
 class Executable:

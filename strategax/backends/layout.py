@@ -104,4 +104,6 @@ class ReplicaLayout:
                 if piece.shape != want:
                     piece = piece.reshape(want)
                 pieces.append(piece)
-        return jax.make_array_from_single_device_arrays(self.global_shape, self.sharding, pieces)
+        whole = jax.make_array_from_single_device_arrays(
+            self.global_shape, NamedSharding(self.mesh, self.spec), pieces)
+        return whole if self.logical_axes is None else jax.device_put(whole, self.sharding)

@@ -74,9 +74,10 @@ def lookup(name: str) -> OpDef | None:
     """The declaration of op `name`, or None if there is no such op."""
     opdef = OP_DEFS.get(name)
     if opdef is None and name.startswith("jax."):
-        if not _PRIMITIVES:
-            _load_jax_primitives()
         prim = _PRIMITIVES.get(name[4:])
+        if prim is None:  # not met while tracing yet: look among all of JAX's primitives
+            _load_jax_primitives()
+            prim = _PRIMITIVES.get(name[4:])
         if prim is not None and prim.name not in INLINED_PRIMITIVES:
             opdef = declare(OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,
                                   num_results=None if prim.multiple_results else 1))
