@@ -5,7 +5,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jax import lax
 
-import strategax as sx
 from strategax import ir
 
 EVERY_KIND = '''module @kinds attributes {num_replicas = 4, note = "a \\"quoted\\" \\n line"} {

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import ir
-from ..backends import Executable, ReplicaLayout
+from ..backends import Executable
 from ..ir import Locality, Module, TensorType
-from ..passes import PassManager, default_pipeline
+from ..passes import default_pipeline
 from . import context
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionTypeError
