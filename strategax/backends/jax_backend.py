@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from ..ir import LOWERINGS, Block, Module, lookup
@@ -89,6 +90,5 @@ class Executable:
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
-    import numpy as np
-
+    """The 1-D mesh of the replicas, axis "replica"."""
     return Mesh(np.array(list(devices)), (AXIS,))

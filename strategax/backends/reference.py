@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..ir import REFERENCE, Block, Locality, Module, lookup
+from ..ir.opdefs import bind_params
 
 
 class ReferenceContext:
@@ -29,7 +30,10 @@ class ReferenceContext:
                 outs = rule(op, operands, self)
             else:
                 prim = lookup(op.name).primitive
-                per_replica = [prim.bind(*[x[r] for x in operands], **op.attrs) for r in range(n)]
+                per_replica = []
+                for r in range(n):
+                    args = [x[r] for x in operands]
+                    per_replica.append(prim.bind(*args, **bind_params(op, args)))
                 if prim.multiple_results:
                     outs = [[per_replica[r][k] for r in range(n)] for k in range(len(op.results))]
                 else:

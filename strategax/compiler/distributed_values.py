@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .errors import DistributionTypeError, DistributionValueError
@@ -86,9 +87,43 @@ class PerReplica(DistributedValues):
 
 
 class Mirrored(DistributedValues):
-    """Values known to be identical on every replica (e.g. the result of an all_reduce)."""
+    """Values known to be identical on every replica (e.g. the result of an all_reduce).
+
+    Unlike a PerReplica value, a Mirrored one may be used as a single array in cross-replica
+    code (any replica's copy is the value), as in TensorFlow.
+    """
 
     _kind = "Mirrored"
+
+    def _value(self):
+        return self._local if self._local is not None else self.values[0]
+
+    def __jax_array__(self):
+        return jnp.asarray(self._value())
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._value(), dtype=dtype)
+
+    shape = property(lambda self: self._value().shape)
+    dtype = property(lambda self: self._value().dtype)
+    ndim = property(lambda self: self._value().ndim)
+    __float__ = lambda self: float(self._value())  # noqa: E731
+    __int__ = lambda self: int(self._value())  # noqa: E731
+    __bool__ = lambda self: bool(self._value())  # noqa: E731
+    __index__ = lambda self: int(self._value())  # noqa: E731
+    __getitem__ = lambda self, i: jnp.asarray(self._value())[i]  # noqa: E731
+    __neg__ = lambda self: -jnp.asarray(self._value())  # noqa: E731
+
+
+def _mirrored_binary(name: str):
+    def method(self, other):
+        return getattr(jnp.asarray(self._value()), name)(other)
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__"):
+    setattr(Mirrored, _name, _mirrored_binary(_name))
 
 
 def is_distributed(x: Any) -> bool:
@@ -111,6 +146,10 @@ def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> 
 
 def check_components(value: DistributedValues, num_replicas: int) -> None:
     """A distributed value given to a strategy must have one component per replica."""
+    if value._global is not None:
+        n = value._global[1].num_replicas
+        if n == num_replicas:
+            return
     n = value._num_components
     if n != num_replicas:
         raise DistributionValueError(

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import ir
-from ..backends import Executable, ReplicaLayout
+from ..backends import Executable
 from ..ir import Locality, Module, TensorType
-from ..passes import PassManager, default_pipeline
+from ..passes import default_pipeline
 from . import context
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionTypeError
@@ -67,24 +67,37 @@ def _dtype_of(x) -> np.dtype:
     return np.dtype(jnp.result_type(x))
 
 
+def _distributed_key(x: DistributedValues, num_replicas: int) -> tuple:
+    if x._local is not None:
+        raise DistributionTypeError(
+            "a traced distributed value was passed into a separately compiled function",
+            "call the function's body directly inside the strategy.function")
+    kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
+    g = x._global
+    if g is None or g[1].num_replicas != num_replicas:
+        check_components(x, num_replicas)
+        t = _leaf_type(x, kind)
+    else:
+        t = g[1].type
+    return kind, (kind, t.shape, t.dtype)
+
+
 def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
+    """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
-    if any(is_distributed(v) and _needs_regroup(v) for v in leaves):
-        leaves, treedef = jax.tree_util.tree_flatten(_expand((args, kwargs)), is_leaf=is_distributed)
     kinds, key = [], [treedef]
     for x in leaves:
-        if isinstance(x, DistributedValues):
-            if x._local is not None:
-                raise DistributionTypeError(
-                    "a traced distributed value was passed into a separately compiled function",
-                    "call the function's body directly inside the strategy.function")
-            check_components(x, num_replicas)
-            kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
-            t = _leaf_type(x, kind)
-            key.append((kind, t.shape, t.dtype))
+        if isinstance(x, jax.Array):  # the hot case first
+            kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
+            key.append((MIRRORED, x.shape, x.dtype))
+        elif isinstance(x, DistributedValues):
+            if x._global is None and _needs_regroup(x):
+                return signature(*_expand((args, kwargs)), num_replicas)
+            kind, k = _distributed_key(x, num_replicas)
+            key.append(k)
         elif isinstance(x, _ARRAY_TYPES):
             kind = ARRAY
-            key.append((kind, x.shape, x.dtype))
+            key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
         elif isinstance(x, _STATIC_TYPES):
             kind = STATIC
             key.append((kind, type(x), x))
@@ -120,7 +133,9 @@ class _Compiled:
             elif x._global is not None and x._global[1].mesh is layout.mesh:
                 out.append(x._global[0])
             elif kind == PER_REPLICA:
-                out.append(layout.assemble(x._values))
+                array = layout.assemble(x._values)
+                x._global = (array, layout)  # distributed values are immutable: assemble once
+                out.append(array)
             else:
                 out.append(x._values[0])
         return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sysconfig
 from typing import Any, Sequence
 
 import numpy as np
@@ -10,12 +11,17 @@ from jax.extend import core as jex
 
 from ..ir import Block, Func, Location, Operation, TensorType, Value, register_primitive
 from ..ir.attributes import normalize
-from ..ir.opdefs import INLINED_PRIMITIVES
+from ..ir.opdefs import DERIVED_PARAMS, INLINED_PRIMITIVES
 
-source_info_util.register_exclusion(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# An op's location is the first frame outside strategax, JAX and installed libraries (optax...),
+# i.e. the user's line that led to it.
+for _path in {os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+    source_info_util.register_exclusion(_path)
 
 # Which parameter holds the sub-program of an inlined call.
 _CALL_JAXPR_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+_DERIVED_KEYS = {name: ("update_jaxpr", "update_consts") for name in DERIVED_PARAMS}
 _REGION_PARAMS = {"cond": ("branches",), "while": ("cond_jaxpr", "body_jaxpr"), "scan": ("jaxpr",)}
 
 
@@ -114,7 +120,10 @@ class _Importer:
         op_name = name if name.startswith("sx.") else "jax." + name
         regions, attrs = [], {}
         region_params = _REGION_PARAMS.get(name, ())
+        derived = _DERIVED_KEYS.get(name, ())
         for key, val in eqn.params.items():
+            if key in derived:
+                continue
             if key in region_params:
                 subs = val if isinstance(val, (tuple, list)) else (val,)
                 regions.extend(self.region(s) for s in subs)

@@ -75,7 +75,10 @@ ad.deflinear2(all_gather_p, _all_gather_transpose)
 def all_gather(x, axis: int, num_replicas: int, reason: str):
     x = jnp.asarray(x)
     if x.ndim == 0:
-        raise ValueError("all_gather needs a value of rank >= 1")
+        from .errors import DistributionValueError
+
+        raise DistributionValueError("all_gather of a scalar: there is no axis to concatenate along",
+                                     "gather a value of rank >= 1 (e.g. x[None])")
     return all_gather_p.bind(x, axis=axis % x.ndim, num_replicas=num_replicas, reason=reason)
 
 

@@ -137,13 +137,7 @@ class Strategy(LogicalDevicesMixin):
         leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
         n = self.num_replicas_in_sync
         if not any(is_distributed(x) for x in leaves):
-            if op is ReduceOp.SUM and n > 1:
-                raise DistributionValueError(
-                    f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} "
-                    "replicas (TensorFlow raises here too: the sum is ambiguous)",
-                    "pass the PerReplica value that strategy.run returned, or use MEAN")
-            reducer = jnp.mean if op is ReduceOp.MEAN else jnp.sum
-            return jax.tree_util.tree_map(lambda x: x if axis is None else reducer(x, axis=axis), value)
+            return self._reduce_plain(op, value, axis)
         for x in leaves:
             if is_distributed(x) and x._local is None:
                 check_components(x, n)
@@ -155,6 +149,21 @@ class Strategy(LogicalDevicesMixin):
                     self, lambda v: self.reduce(op, v, axis), name="reduce")
             return fn(value)
         return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
+
+    def _reduce_plain(self, op: ReduceOp, value: Any, axis: int | None):
+        """TensorFlow 2.21 treats a plain value as the same on every replica: MEAN returns it
+        (its mean over `axis`), SUM over `axis` is N times its sum, SUM without axis raises."""
+        n = self.num_replicas_in_sync
+        if op is ReduceOp.SUM and axis is None and n > 1:
+            raise DistributionValueError(
+                f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} replicas "
+                "(TensorFlow raises here too: the sum is ambiguous)",
+                "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
+        if axis is None:
+            return value
+        if op is ReduceOp.MEAN:
+            return jax.tree_util.tree_map(lambda x: jnp.mean(jnp.asarray(x), axis=axis), value)
+        return jax.tree_util.tree_map(lambda x: n * jnp.sum(jnp.asarray(x), axis=axis), value)
 
     def _reduce_traced(self, op: ReduceOp, x, axis):
         local = x._local if is_distributed(x) else jnp.asarray(x)

@@ -96,11 +96,23 @@ def format_dense(array: np.ndarray) -> str:
     ty = TensorType(array.shape, array.dtype)
     flat = array.reshape(-1)
     if flat.size > 1 and (flat == flat[0]).all() and not _has_nan(flat):
-        return f"dense<{ty}: splat {_format_scalar(flat[0])}>"
+        return f"dense<{ty}: splat {_format_element(flat[0])}>"
     kind = _kind(array.dtype)
-    convert = {"c": complex, "f": float, "b": bool}.get(kind, int)
-    items = [_format_scalar(convert(x)) for x in flat]
+    if kind == "f":  # NumPy prints the shortest digits that read back to the same value in this dtype
+        items = [_format_element(x) for x in flat]
+    else:
+        convert = {"c": complex, "b": bool}.get(kind, int)
+        items = [_format_scalar(convert(x)) for x in flat]
     return f"dense<{ty}: {', '.join(items)}>"
+
+
+def _format_element(x) -> str:
+    """One element of a dense array: floats with the shortest digits exact for their dtype."""
+    if _kind(x.dtype) != "f":
+        return _format_scalar(x.item() if hasattr(x, "item") else x)
+    if x.dtype not in (np.float32, np.float64):  # bf16, f16, f8: exact as float32
+        x = np.float32(x)
+    return str(x)
 
 
 def _kind(dtype: np.dtype) -> str:

@@ -50,6 +50,7 @@ INLINED_PRIMITIVES = frozenset(
      "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "name"})
 
 _PRIMITIVES: dict[str, jex_core.Primitive] = {}
+_jax_primitives_loaded = False
 
 
 def declare(opdef: OpDef) -> OpDef:
@@ -63,8 +64,10 @@ def register_primitive(prim: jex_core.Primitive) -> None:
 
 
 def _load_jax_primitives() -> None:
+    global _jax_primitives_loaded
     from jax.extend.core import primitives
 
+    _jax_primitives_loaded = True
     for value in vars(primitives).values():
         if isinstance(value, jex_core.Primitive):
             register_primitive(value)
@@ -74,18 +77,48 @@ def lookup(name: str) -> OpDef | None:
     """The declaration of op `name`, or None if there is no such op."""
     opdef = OP_DEFS.get(name)
     if opdef is None and name.startswith("jax."):
-        prim = _PRIMITIVES.get(name[4:])
-        if prim is None:  # not met while tracing yet: look among all of JAX's primitives
+        if not _jax_primitives_loaded:
             _load_jax_primitives()
-            prim = _PRIMITIVES.get(name[4:])
+        prim = _PRIMITIVES.get(name[4:])
         if prim is not None and prim.name not in INLINED_PRIMITIVES:
             opdef = declare(OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,
                                   num_results=None if prim.multiple_results else 1))
     return opdef
 
 
+def _combiner_jaxpr(combine: Callable):
+    def rebuild(args: list) -> dict:
+        import jax
+        import jax.numpy as jnp
+
+        scalar = jax.ShapeDtypeStruct((), jnp.result_type(args[0]))
+        closed = jax.make_jaxpr(combine)(scalar, scalar)
+        return {"update_jaxpr": closed.jaxpr, "update_consts": tuple(closed.consts)}
+    return rebuild
+
+
+def _scatter_combiners() -> dict[str, Callable]:
+    from jax import lax
+
+    return {"scatter-add": _combiner_jaxpr(lax.add), "scatter-mul": _combiner_jaxpr(lax.mul),
+            "scatter-min": _combiner_jaxpr(lax.min), "scatter-max": _combiner_jaxpr(lax.max),
+            "scatter": lambda args: {"update_jaxpr": None, "update_consts": ()}}
+
+
+# Parameters that are a function of the primitive alone (a scatter's combiner): the importer
+# drops them and `bind_params` rebuilds them, so the IR holds only plain attributes.
+DERIVED_PARAMS: dict[str, Callable[[list], dict]] = _scatter_combiners()
+
+
+def bind_params(op: Operation, args: list) -> dict:
+    """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
+    prim = lookup(op.name).primitive
+    derive = DERIVED_PARAMS.get(prim.name)
+    return {**op.attrs, **derive(args)} if derive else op.attrs
+
+
 def generic_lowering(op: Operation, args: list, ctx) -> list:
     """Re-bind the JAX primitive with the op's attributes as its parameters."""
     prim = lookup(op.name).primitive
-    out = prim.bind(*args, **op.attrs)
+    out = prim.bind(*args, **bind_params(op, args))
     return list(out) if prim.multiple_results else [out]

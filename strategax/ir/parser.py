@@ -442,7 +442,8 @@ class _Parser:
                 seen.add(f.name)
                 m.funcs.append(f)
             else:
-                raise self.error(f"expected 'var', 'func' or '}}', found {self.toks[self.i][1]!r}")
+                k, t, _ = self.toks[self.i]
+                raise self.error(f"expected 'var', 'func' or '}}', found {'end of input' if k == 'eof' else repr(t)}")
         self.expect("}")
         self.expect(kind="eof")
         if not m.funcs:
