@@ -67,7 +67,12 @@ def mirrored(tf, n):
 # encoding to JSON
 
 def err(e):
-    return {"error": type(e).__name__, "message": str(e)[:300]}
+    msg = str(e)
+    rec = {"error": type(e).__name__, "message": msg[:300]}
+    if len(msg) > 300:
+        # tf.function errors start with "in user code: File ..."; keep the end too
+        rec["message_tail"] = msg[-300:]
+    return rec
 
 
 def attempt(f, *args, **kwargs):
@@ -174,10 +179,10 @@ def run_one(name, out):
     except Exception as e:  # noqa: BLE001
         rec["result"] = err(e)
         rec["traceback"] = traceback.format_exc()[-2000:]
-    if n is not None:
-        rec["tf_version"] = _tf_version()
-    elif isinstance(rec.get("result"), dict) and "tf_version" in rec["result"]:
+    if isinstance(rec.get("result"), dict) and "tf_version" in rec["result"]:
         rec["tf_version"] = rec["result"].pop("tf_version")
+    elif _tf is not None:
+        rec["tf_version"] = _tf_version()
     text = json.dumps(rec, indent=1, sort_keys=False, allow_nan=True)
     if out:
         with open(out, "w") as f:
