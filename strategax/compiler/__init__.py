@@ -9,13 +9,14 @@ from .extended import StrategyExtended
 from .function import StrategyFunction
 from .importer import import_jaxpr
 from .input import DistributedDataset
+from .options import CommunicationImplementation, CommunicationOptions, InputOptions
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
 from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContext
 from .tpu_strategy import TPUStrategy
 
 __all__ = [
-    "DefaultStrategy", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "Mirrored", "MirroredStrategy",
     "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
     "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "experimental_set_strategy",

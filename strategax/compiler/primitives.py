@@ -31,20 +31,23 @@ def _no_impl(*args, **params):
 # --- sx.all_reduce -----------------------------------------------------------------------
 all_reduce_p = _primitive("sx.all_reduce")
 all_reduce_p.def_impl(_no_impl)
-all_reduce_p.def_abstract_eval(lambda x, *, op, reason: jax_core.ShapedArray(x.shape, x.dtype))
+all_reduce_p.def_abstract_eval(lambda x, *, op, reason, **extra: jax_core.ShapedArray(x.shape, x.dtype))
 
 
-def _all_reduce_transpose(ct, x, *, op, reason):
+def _all_reduce_transpose(ct, x, *, op, reason, **extra):
     if op not in ("sum", "mean"):
         raise TypeError(f"all_reduce({op.upper()}) is not differentiable; use SUM or MEAN")
-    return [all_reduce_p.bind(ct, op=op, reason=f"gradient of {reason}")]
+    return [all_reduce_p.bind(ct, op=op, reason=f"gradient of {reason}", **extra)]
 
 
 ad.deflinear2(all_reduce_p, _all_reduce_transpose)
 
 
-def all_reduce(x, op: str, reason: str):
-    return all_reduce_p.bind(jnp.asarray(x), op=op, reason=reason)
+def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None):
+    """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
+    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group)."""
+    extra = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
+    return all_reduce_p.bind(jnp.asarray(x), op=op, reason=reason, **extra)
 
 
 # --- sx.all_gather -----------------------------------------------------------------------
