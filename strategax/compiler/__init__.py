@@ -9,6 +9,7 @@ from .extended import StrategyExtended
 from .function import StrategyFunction
 from .importer import import_jaxpr
 from .input import DistributedDataset
+from .input_context import InputContext
 from .options import CommunicationImplementation, CommunicationOptions, InputOptions
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
@@ -16,7 +17,7 @@ from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContex
 from .tpu_strategy import TPUStrategy
 
 __all__ = [
-    "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputContext", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "Mirrored", "MirroredStrategy",
     "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
     "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "experimental_set_strategy",
