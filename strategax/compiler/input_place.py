@@ -37,16 +37,15 @@ def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], 
     """A global batch split as `counts` (TensorFlow's split) into a pytree of PerReplicaBatch."""
     n = len(counts)
     count_value = place_counts(mesh, counts)
-    out = []
+    hosts = []
     for x in leaves:
         x = _canonical(x)
         if x.shape[0] == rows * n:
-            host = x  # evenly split and full: the batch is the global array already
+            hosts.append(x)  # evenly split and full: the batch is the global array already
         else:
             offsets = np.cumsum([0, *counts])
-            host = padded_host([x[offsets[i]:offsets[i + 1]] for i in range(n)], rows)
-        out.append(_place(mesh, host, rows, counts, count_value))
-    return jax.tree_util.tree_unflatten(treedef, out)
+            hosts.append(padded_host([x[offsets[i]:offsets[i + 1]] for i in range(n)], rows))
+    return jax.tree_util.tree_unflatten(treedef, _place_all(mesh, hosts, rows, counts, count_value))
 
 
 def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int] | None,
@@ -54,24 +53,36 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
     """Per-replica pieces (`pieces[leaf][replica]`) into a pytree of PerReplica values: padded
     PerReplicaBatch values when `counts` is given, stacked per-replica scalars otherwise."""
     count_value = place_counts(mesh, counts) if counts is not None else None
-    out = []
-    for leaf in pieces:
-        leaf = [_canonical(np.asarray(p)) for p in leaf]
-        if counts is None:
-            lay = _layout(mesh, (), leaf[0].dtype)
-            out.append(PerReplica._from_global(jax.device_put(np.stack(leaf), lay.sharding), lay))
-        else:
-            out.append(_place(mesh, padded_host(leaf, rows), rows, counts, count_value))
+    hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
+    if counts is None:
+        lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
+        arrays = jax.device_put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
+        out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
+    else:
+        out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+_COUNTS: dict = {}  # (mesh, counts) -> placed counts: full batches reuse one (immutable) array
 
 
 def place_counts(mesh, counts: Sequence[int]) -> PerReplica:
     """The per-replica real row counts as a per-replica int32 scalar (the hidden input)."""
+    key = (id(mesh), tuple(int(c) for c in counts))
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
     lay = _layout(mesh, (), np.int32)
-    return PerReplica._from_global(jax.device_put(np.asarray(counts, np.int32), lay.sharding), lay)
+    value = PerReplica._from_global(jax.device_put(np.asarray(counts, np.int32), lay.sharding), lay)
+    if len(_COUNTS) > 256:
+        _COUNTS.clear()
+    _COUNTS[key] = (mesh, value)
+    return value
 
 
-def _place(mesh, host: np.ndarray, rows: int, counts, count_value) -> PerReplicaBatch:
-    lay = _layout(mesh, (rows, *host.shape[1:]), host.dtype)
-    return PerReplicaBatch._from_global_batch(jax.device_put(host, lay.sharding), lay,
-                                              tuple(int(c) for c in counts), count_value)
+def _place_all(mesh, hosts: list[np.ndarray], rows: int, counts, count_value) -> list[PerReplicaBatch]:
+    """One batched transfer of every leaf's padded global host array."""
+    lays = [_layout(mesh, (rows, *h.shape[1:]), h.dtype) for h in hosts]
+    arrays = jax.device_put(hosts, [lay.sharding for lay in lays])
+    counts = tuple(int(c) for c in counts)
+    return [PerReplicaBatch._from_global_batch(a, lay, counts, count_value) for a, lay in zip(arrays, lays)]
