@@ -55,6 +55,10 @@ def test_two_workers_of_two_devices_train_like_one_process_and_one_device(tmp_pa
     np.testing.assert_allclose(four_losses, ref_losses, rtol=1e-5)
     for w, r in enumerate(results):
         assert (r["worker"], r["task_type"], r["replicas"], r["local_results"]) == (w, "worker", 4, 2)
+        assert r["input_contexts"] == [[2, w, 4]]  # one input pipeline per worker
+        # the pipeline's 3 elements dealt to this worker's 2 replicas; the last step's second
+        # replica gets an empty batch (None: no row)
+        assert r["dealt"] == [[10 * w, 10 * w + 1], [10 * w + 2, None]]
         np.testing.assert_allclose(r["losses"], four_losses, rtol=1e-5)
         np.testing.assert_allclose(r["losses"], ref_losses, rtol=1e-5)
         for k in ref_params:

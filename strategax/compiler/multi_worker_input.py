@@ -1,8 +1,9 @@
 """Input for a multi-worker strategy: each worker feeds only its own replicas.
 
-Kept apart from `compiler.input` on purpose: a global batch is split over all replicas
-(TensorFlow's split) and each worker keeps its replicas' pieces; `dataset_fn` runs once per
-worker with `InputContext.input_pipeline_id` = the worker index.
+`experimental_distribute_dataset` is the common one (`compiler.input`): every worker reads
+the same global batches and fills only its own replicas' shards. Here: `dataset_fn` runs once
+per worker with `InputContext.input_pipeline_id` = the worker index, and its elements are
+dealt to that worker's replicas.
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import jax
 import numpy as np
 
 from .distributed_values import PerReplica
-from .input import split_batch
 from .input_context import InputContext
 
 
@@ -23,19 +23,6 @@ def _per_replica(strategy, pieces: list) -> Any:
     leaves = [jax.tree_util.tree_leaves(p) for p in placed]
     treedef = jax.tree_util.tree_structure(placed[0])
     return strategy._finalize_outputs(jax.tree_util.tree_unflatten(treedef, [PerReplica(c) for c in zip(*leaves)]))
-
-
-class _WorkerDataset:
-    """Iterates global batches, keeping this worker's replicas' pieces of each."""
-
-    def __init__(self, strategy, dataset):
-        self._strategy, self._dataset = strategy, dataset
-
-    def __iter__(self):
-        s = self._strategy
-        for batch in self._dataset:
-            pieces = split_batch(jax.tree_util.tree_map(np.asarray, batch), s.num_replicas_in_sync)
-            yield _per_replica(s, [pieces[i] for i in s._local_replica_ids])
 
 
 class _WorkerFunctionDataset:
@@ -64,14 +51,11 @@ class _WorkerFunctionDataset:
 class MultiWorkerInputMixin:
     """experimental_distribute_dataset / distribute_datasets_from_function, per worker."""
 
-    def experimental_distribute_dataset(self, dataset, options=None):
-        """Split each global batch over all replicas; this worker keeps its replicas' pieces."""
-        if self._runtime is None:
-            return super().experimental_distribute_dataset(dataset, options)
-        return _WorkerDataset(self, dataset)
-
     def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
-        """`dataset_fn(InputContext)` once for this worker; its elements go to this worker's replicas."""
+        """`dataset_fn(InputContext)` once for this worker; its elements go to this worker's replicas
+        (a final step with fewer elements than local replicas gives the rest empty batches)."""
+        if self._runtime is None:
+            return super().distribute_datasets_from_function(dataset_fn, options)
         ctx = InputContext(num_input_pipelines=self._num_workers, input_pipeline_id=self._worker_index,
                            num_replicas_in_sync=self.num_replicas_in_sync)
         return _WorkerFunctionDataset(self, dataset_fn(ctx))

@@ -38,8 +38,18 @@ while steps <= 0 or i < steps:  # steps <= 0: train until killed (the fault test
         if 0 < steps <= i:
             break
 local = strategy.experimental_local_results(params["w1"])
+contexts = []
+
+
+def dataset_fn(ctx):  # one input pipeline per worker: element j of pipeline p holds 10 * p + j
+    contexts.append([ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync])
+    return [np.full((2, 1), 10 * ctx.input_pipeline_id + j, np.float32) for j in range(3)]
+
+
+dealt = [[float(np.asarray(v)[0, 0]) if np.shape(v)[0] else None for v in strategy.experimental_local_results(b)]
+         for b in strategy.distribute_datasets_from_function(dataset_fn)]
 print(json.dumps({
     "worker": strategy.cluster_resolver.task_id, "task_type": strategy.cluster_resolver.task_type,
     "replicas": strategy.num_replicas_in_sync, "local_results": len(local),
-    "losses": losses, "params": {k: np.asarray(v).tolist() for k, v in params.items()},
+    "losses": losses, "input_contexts": contexts, "dealt": dealt, "params": {k: np.asarray(v).tolist() for k, v in params.items()},
 }), flush=True)
