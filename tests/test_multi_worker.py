@@ -179,3 +179,31 @@ def test_ps_task_runs_no_replicas(monkeypatch):
         line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
     assert_names_this_line(err, line)
     assert "does not take part" in str(err.value)
+
+
+def test_joining_a_cluster_after_jax_started_is_refused(monkeypatch):
+    # Intent: jax.distributed must start before JAX's backend; in this process it already has.
+    set_tf_config(monkeypatch, {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                "task": {"type": "worker", "index": 0}})
+    jax.devices()
+    with pytest.raises(RuntimeError) as err:
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+    assert_names_this_line(err, line)
+    assert "before any other JAX call" in str(err.value)
+
+
+def test_liveness_probe_tells_live_from_dead_workers():
+    # Intent: the survivor's way of naming a lost worker: a live worker answers a ping on its
+    # own address; nothing listening means its process is gone.
+    from multi_worker_launch import free_ports
+    from strategax.compiler.multi_worker_runtime import LivenessListener, WorkerRuntime, probe
+
+    live, dead, me = (f"127.0.0.1:{p}" for p in free_ports(3))
+    LivenessListener(live)
+    assert probe(live, ping=True) == "alive"
+    assert probe(dead, ping=True) == "dead"
+    runtime = WorkerRuntime.__new__(WorkerRuntime)
+    runtime.addresses, runtime.index = [me, live, dead], 0
+    assert runtime.find_lost(attempts=1) == ([2], [])
+    message, lost = runtime._lost_message("a collective failed")
+    assert lost == [2] and f"worker 2 (worker, task index 2, {dead}) was lost" in message
