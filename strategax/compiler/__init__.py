@@ -1,4 +1,5 @@
 """The Strategy API, tracing and distributed values."""
+from .central_storage import CentralStorageStrategy
 from .context import (experimental_set_strategy, get_cross_replica_context, get_replica_context,
                       get_strategy, has_strategy, in_cross_replica_context)
 from .default_strategy import DefaultStrategy
@@ -19,7 +20,7 @@ from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContex
 from .tpu_strategy import TPUStrategy
 
 __all__ = [
-    "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputContext", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "CentralStorageStrategy", "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputContext", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "Mirrored", "MirroredStrategy", "MultiWorkerMirroredStrategy",
     "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
     "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "WorkerLostError", "experimental_set_strategy",

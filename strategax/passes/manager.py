@@ -25,8 +25,9 @@ PASSES: dict[str, str] = {
     "infer-locality": "strategax.passes.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
+    "central-storage": "strategax.passes.central_storage:CentralStorage",
 }
-DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "infer-locality", "propagate-sharding")
+DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "central-storage", "infer-locality", "propagate-sharding")
 
 
 def get_pass(name: str, **options) -> Pass:
