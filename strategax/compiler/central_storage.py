@@ -13,7 +13,16 @@ from typing import Any, Sequence
 import jax
 
 from .devices import resolve_device, resolve_devices
+from .extended import StrategyExtended
 from .strategy import Strategy
+
+
+class CentralStorageExtended(StrategyExtended):
+    """Variables have one home: the parameter device."""
+
+    @property
+    def parameter_devices(self) -> tuple:
+        return (self._strategy._parameter_device,)
 
 
 def _default_parameter_device(compute: list[jax.Device]) -> jax.Device:
@@ -33,6 +42,7 @@ class CentralStorageStrategy(Strategy):
                                   else resolve_device(parameter_device))
         # the replica that already holds the parameters (0 when the parameter device computes nothing)
         self._parameter_replica = compute.index(self._parameter_device) if self._parameter_device in compute else 0
+        self._extended = CentralStorageExtended(self)
 
     @property
     def parameter_device(self) -> jax.Device:

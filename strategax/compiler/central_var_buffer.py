@@ -21,7 +21,8 @@ class CentralVarBuffer(VarBuffer):
         self.var = var
         self.device = var._strategy.parameter_device
         self.layout = ReplicaLayout(var._strategy._mesh, var._ir_type())
-        self.array = jax.device_put(initial, self.device)
+        with jax.ensure_compile_time_eval():  # optimizer slots are created while a step is traced
+            self.array = jax.device_put(initial, self.device)
 
     def argument(self, layout: ReplicaLayout) -> jax.Array:
         """The broadcast: the parameter device's value on every compute replica."""
@@ -42,4 +43,5 @@ class CentralVarBuffer(VarBuffer):
 
     def eager_update(self, kind: str, value) -> None:
         new = _apply(kind, np.asarray(self.array), np.asarray(value))
-        self.array = jax.device_put(jnp.asarray(new, self.var.dtype), self.device)
+        with jax.ensure_compile_time_eval():
+            self.array = jax.device_put(np.asarray(new, self.var.dtype), self.device)
