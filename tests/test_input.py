@@ -261,3 +261,13 @@ def test_non_iterable_dataset():
     with pytest.raises(TypeError) as err:
         line = here(); strategy.distribute_datasets_from_function(lambda ctx: 3.5)  # noqa: E702
     assert_names_line(err, line)
+
+
+def test_partial_batch_under_logical_devices():
+    # Intent: API.md: partial batches work under every strategy, logical devices included.
+    strategy = sx.TPUStrategy(logical_devices_per_replica=2)
+    batches = [np.arange(16.0, dtype=np.float32).reshape(8, 2), np.arange(10.0, dtype=np.float32).reshape(5, 2)]
+    mean = strategy.function(lambda b: strategy.reduce("mean", strategy.run(lambda x: x * 2.0, args=(b,)), axis=0))
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_allclose(np.asarray(mean(element)), (2 * b).mean(axis=0), rtol=1e-6)
+    assert len(mean._cache) == 1
