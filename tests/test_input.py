@@ -271,3 +271,24 @@ def test_partial_batch_under_logical_devices():
     for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
         np.testing.assert_allclose(np.asarray(mean(element)), (2 * b).mean(axis=0), rtol=1e-6)
     assert len(mean._cache) == 1
+
+
+def test_breaking_out_of_the_loop_stops_the_prefetch_thread():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+
+    def prefetchers():
+        return [t for t in threading.enumerate() if t.name == "strategax-prefetch" and t.is_alive()]
+
+    before = set(prefetchers())
+    endless = (np.full((4,), float(i), np.float32) for i in range(10**9))
+    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):
+        if i == 0:
+            started = set(prefetchers()) - before
+        if i == 2:
+            break
+    np.testing.assert_array_equal(strategy.experimental_local_results(element)[0], [2.0, 2.0])
+    assert len(started) == 1
+    deadline = time.time() + 5
+    while any(t.is_alive() for t in started) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not any(t.is_alive() for t in started)
