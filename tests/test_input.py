@@ -292,3 +292,23 @@ def test_breaking_out_of_the_loop_stops_the_prefetch_thread():
     while any(t.is_alive() for t in started) and time.time() < deadline:
         time.sleep(0.01)
     assert not any(t.is_alive() for t in started)
+
+
+def test_gather_of_a_partial_batch_keeps_the_real_rows():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    batches = [np.arange(8.0, dtype=np.float32), np.arange(8.0, 13.0, dtype=np.float32)]  # 2,2,1,0 rows
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_array_equal(np.asarray(strategy.gather(element, axis=0)), b)
+        out = strategy.run(lambda x: x + 1.0, args=(element,))
+        np.testing.assert_array_equal(np.asarray(strategy.gather(out, axis=0)), b + 1.0)
+
+
+def test_structure_change_in_datasets_from_function():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    elements = [np.zeros(2), np.zeros(2), {"x": np.zeros(2)}, {"x": np.zeros(2)}]
+    it = iter(strategy.distribute_datasets_from_function(lambda ctx: elements))
+    next(it)
+    with pytest.raises(TypeError) as err:
+        line = here(); next(it)  # noqa: E702
+    assert_names_line(err, line)
+    assert "structure of the batches changed" in str(err.value)

@@ -133,3 +133,17 @@ def trim_reduced(value: Any, result: Any) -> Any:
             return r[:max(v._counts)]
         return r
     return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)
+
+
+def trim_gathered(value: Any, result: Any, axis: int) -> Any:
+    """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
+    from .distributed_values import is_distributed
+    import numpy as np
+
+    def one(v, r):
+        if not isinstance(v, PerReplicaBatch) or axis % max(len(v._global[1].type.shape), 1) != 0 \
+                or min(v._counts) == v._rows:
+            return r
+        index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])
+        return jnp.asarray(r)[index]
+    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)

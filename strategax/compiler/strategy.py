@@ -187,7 +187,8 @@ class Strategy(LogicalDevicesMixin):
         if not context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
                 return value
-            return self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            return input_mask.trim_gathered(value, gathered, axis)
         n = self.num_replicas_in_sync
         return _tree_map_distributed(
             lambda x: primitives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
