@@ -312,3 +312,13 @@ def test_structure_change_in_datasets_from_function():
         line = here(); next(it)  # noqa: E702
     assert_names_line(err, line)
     assert "structure of the batches changed" in str(err.value)
+
+
+def test_element_spec_of_a_generator_keeps_its_first_batch():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    dist = strategy.experimental_distribute_dataset(
+        {"x": np.full((4, 3), float(i), np.float32), "y": np.zeros(4, np.int32)} for i in range(3))
+    spec = dist.element_spec
+    assert spec["x"].shape == (None, 3) and spec["x"].dtype == np.float32 and spec["y"].dtype == np.int32
+    firsts = [float(strategy.experimental_local_results(e["x"])[0][0, 0]) for e in dist]
+    assert firsts == [0.0, 1.0, 2.0]

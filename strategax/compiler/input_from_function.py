@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-from .input import _Dataset, check_iterable, host_iterator
+from .input import _Dataset, check_iterable, host_iterator, is_one_shot
 from .input_context import InputContext
 from .input_place import place_pieces
 from .input_split import batch_leaves
@@ -25,6 +25,9 @@ class DatasetsFromFunction(_Dataset):
         self._datasets = [dataset_fn(ctx) for ctx in self._contexts]
         for d in self._datasets:
             check_iterable(d, "result of dataset_fn")
+
+    def _one_shot(self) -> bool:
+        return is_one_shot(self._datasets[0])
 
     def _produce(self) -> Iterator:
         mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync
