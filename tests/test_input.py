@@ -322,3 +322,20 @@ def test_element_spec_of_a_generator_keeps_its_first_batch():
     assert spec["x"].shape == (None, 3) and spec["x"].dtype == np.float32 and spec["y"].dtype == np.int32
     firsts = [float(strategy.experimental_local_results(e["x"])[0][0, 0]) for e in dist]
     assert firsts == [0.0, 1.0, 2.0]
+
+
+def test_compute_average_loss_with_global_batch_size_and_weights():
+    # Intent: TF's rule sum(loss * weight) / global_batch_size, padded rows excluded.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    x = np.arange(1.0, 12.0, dtype=np.float32)
+    batches = [x[:8], x[8:]]  # second batch: rows 1, 1, 1, 0
+
+    @strategy.function
+    def losses(batch):
+        per_replica = strategy.run(
+            lambda b: sx.nn.compute_average_loss(b * b, sample_weight=0.5 * b, global_batch_size=8), args=(batch,))
+        return strategy.reduce("sum", per_replica)
+
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_allclose(float(losses(element)), np.sum(b * b * 0.5 * b) / 8, rtol=1e-6)
+    assert len(losses._cache) == 1

@@ -73,8 +73,8 @@ def _mask_rows(x, mask):
     return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype))
 
 
-def compute_average_loss(per_example_loss, global_batch_size: int | None = None,
-                         sample_weight=None) -> jax.Array:
+def compute_average_loss(per_example_loss, sample_weight=None,
+                         global_batch_size: int | None = None) -> jax.Array:
     """Sum of this replica's real per-example losses over the global batch size (TensorFlow's
     `tf.nn.compute_average_loss`); without `global_batch_size`, over the real global row count,
     so a partial batch is averaged exactly. Sum the results (or gradients) across replicas."""
