@@ -21,7 +21,10 @@ class DatasetsFromFunction(_Dataset):
     def __init__(self, strategy, dataset_fn: Callable, options=None):
         super().__init__(strategy, options)
         n = strategy.num_replicas_in_sync
-        self._contexts = [InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=n)]
+        # One pipeline per process; a multi-worker strategy says which it is (hook, default (1, 0)).
+        pipelines, pipeline_id = getattr(strategy, "_input_pipeline", lambda: (1, 0))()
+        self._contexts = [InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline_id,
+                                       num_replicas_in_sync=n)]
         self._datasets = [dataset_fn(ctx) for ctx in self._contexts]
         for d in self._datasets:
             check_iterable(d, "result of dataset_fn")

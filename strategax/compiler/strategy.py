@@ -243,7 +243,9 @@ class Strategy(LogicalDevicesMixin):
 
         return DatasetsFromFunction(self, dataset_fn, options)
 
-    experimental_distribute_datasets_from_function = distribute_datasets_from_function
+    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
+        """The older name of `distribute_datasets_from_function`."""
+        return self.distribute_datasets_from_function(dataset_fn, options)
 
     def experimental_make_numpy_dataset(self, numpy_input):
         """A dataset of the rows of `numpy_input` (an array or pytree of arrays); `.batch(n)` it."""
