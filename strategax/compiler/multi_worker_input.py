@@ -60,7 +60,9 @@ class MultiWorkerInputMixin:
                            num_replicas_in_sync=self.num_replicas_in_sync)
         return _WorkerFunctionDataset(self, dataset_fn(ctx))
 
-    experimental_distribute_datasets_from_function = distribute_datasets_from_function
+    def _input_pipeline(self) -> tuple[int, int]:
+        """(number of input pipelines, this process's): one per worker."""
+        return self._num_workers, self._worker_index
 
     def experimental_distribute_values_from_function(self, value_fn: Callable):
         """value_fn runs for this worker's replicas only, with their global replica ids."""
