@@ -18,9 +18,9 @@ def init_params():
 
 
 def data(steps: int, batch: int = 32):
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(steps, batch, 16)).astype(np.float32)
-    y = rng.integers(0, 4, size=(steps, batch)).astype(np.int32)
+    """`steps` global batches; data(n)[:m] == data(m) (separate streams for x and y)."""
+    x = np.random.default_rng(1).normal(size=(steps, batch, 16)).astype(np.float32)
+    y = np.random.default_rng(2).integers(0, 4, size=(steps, batch)).astype(np.int32)
     return x, y
 
 
