@@ -17,6 +17,8 @@ from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContex
 from .tpu_strategy import TPUStrategy
 from .var_enums import VariableAggregation, VariableSynchronization
 from .variables import MirroredVariable, SyncOnReadVariable, Variable
+from .checkpoint import Checkpoint, latest_checkpoint
+from .optimizer import Optimizer
 
 __all__ = [
     "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputContext", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
@@ -25,5 +27,5 @@ __all__ = [
     "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "experimental_set_strategy",
     "get_cross_replica_context", "get_replica_context", "get_strategy", "has_strategy",
     "import_jaxpr", "in_cross_replica_context", "MirroredVariable", "SyncOnReadVariable", "Variable",
-    "VariableAggregation", "VariableSynchronization",
+    "VariableAggregation", "VariableSynchronization", "Checkpoint", "latest_checkpoint", "Optimizer",
 ]

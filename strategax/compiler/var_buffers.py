@@ -18,12 +18,13 @@ class VarBuffer:
         self.var = var
         strategy = var._strategy
         self.layout = None if strategy is None else ReplicaLayout(strategy._mesh, var._ir_type())
-        if self.layout is None:
-            self.array = initial
-        elif self.layout.per_replica:
-            self.array = self.layout.assemble([initial] * self.layout.num_replicas)
-        else:
-            self.array = jax.device_put(initial, self.layout.sharding)
+        with jax.ensure_compile_time_eval():  # a variable may be created while a program is traced
+            if self.layout is None:
+                self.array = initial
+            elif self.layout.per_replica:
+                self.array = self.layout.assemble([initial] * self.layout.num_replicas)
+            else:
+                self.array = jax.device_put(initial, self.layout.sharding)
 
     # --- compiled programs ---------------------------------------------------------------
     def argument(self, layout: ReplicaLayout) -> jax.Array:
