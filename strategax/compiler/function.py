@@ -20,6 +20,7 @@ from .distributed_values import DistributedValues, Mirrored, PerReplica, check_c
 from .errors import DistributionTypeError
 from . import var_trace
 from .importer import import_jaxpr
+from .input_mask import PerReplicaBatch, batch_scope
 
 log = logging.getLogger("strategax")
 
@@ -37,6 +38,7 @@ class _Signature:
     treedef: Any
     kinds: list[str]
     leaves: list[Any]
+    batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -86,7 +88,7 @@ def _distributed_key(x: DistributedValues, num_replicas: int) -> tuple:
 def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
     """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
-    kinds, key = [], [treedef]
+    kinds, key, batch = [], [treedef], None
     for x in leaves:
         if isinstance(x, jax.Array):  # the hot case first
             kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
@@ -99,6 +101,8 @@ def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
                 return signature(*_expand((args, kwargs)), num_replicas)
             kind, k = _distributed_key(x, num_replicas)
             key.append(k)
+            if batch is None and isinstance(x, PerReplicaBatch):
+                batch = x
         elif isinstance(x, _ARRAY_TYPES):
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
@@ -115,7 +119,11 @@ def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
             kind = STATIC
             key.append((kind, type(x), x))
         kinds.append(kind)
-    return _Signature(tuple(key), treedef, kinds, leaves)
+    if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
+        leaves = [*leaves, batch._count_value]
+        kinds.append(PER_REPLICA)
+        key.append(("rows", batch._rows))
+    return _Signature(tuple(key), treedef, kinds, leaves, batch)
 
 
 class _Compiled:
@@ -125,6 +133,7 @@ class _Compiled:
                  out_plan: list, strategy, variables: list = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
+        self.per_example: frozenset = frozenset()  # outputs trimmed to the real rows (input_mask)
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
@@ -161,7 +170,9 @@ class _Compiled:
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
             if layout.per_replica:
-                leaves.append(PerReplica._from_global(array, layout))
+                leaves.append(PerReplica._from_global(array, layout) if index not in self.per_example
+                              else PerReplicaBatch._from_global_batch(
+                                  array, layout, sig.batch._counts, sig.batch._count_value))
             elif kind in (PER_REPLICA, MIRRORED):
                 leaves.append(Mirrored._from_global(array, layout))
             else:
@@ -206,9 +217,11 @@ class StrategyFunction:
                 kind = sig.kinds[i]
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
-            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves)
-            with context.push(strategy), context.tracing():
+            count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
+            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
+            with context.push(strategy), context.tracing(), batch_scope(count, rows):
                 result = self._fn(*args, **kwargs)
+            per_example = set()
             out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
             for leaf in out_leaves:
@@ -220,6 +233,9 @@ class StrategyFunction:
                         raise DistributionTypeError(
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
+                    if rows is not None and isinstance(leaf, PerReplica) and leaf._local.ndim \
+                            and leaf._local.shape[0] == rows:
+                        per_example.add(len(arrays))
                     plan.append((PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, _STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
@@ -227,7 +243,7 @@ class StrategyFunction:
                 else:
                     plan.append((ARRAY, len(arrays)))
                     arrays.append(jnp.asarray(leaf))
-            out_info["plan"] = plan
+            out_info["plan"], out_info["per_example"] = plan, frozenset(per_example)
             return arrays
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
@@ -244,6 +260,7 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots).run(module)
+        self._per_example = out_info["per_example"]
         return module, out_info["treedef"], out_info["plan"], out_info["variables"]
 
     def _compile(self, sig: _Signature) -> _Compiled:
@@ -252,6 +269,7 @@ class StrategyFunction:
         module, out_treedef, plan, variables = self._trace(sig)
         executable = Executable(module, self._strategy._mesh)
         compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
+        compiled.per_example = self._per_example
         self._cache[sig.key] = compiled
         return compiled
 
