@@ -25,8 +25,11 @@ PASSES: dict[str, str] = {
     "infer-locality": "strategax.passes.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
+    "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
+    "check-locality": "strategax.passes.check_locality:CheckLocality",
 }
-DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "infer-locality", "propagate-sharding")
+DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "insert-collectives", "infer-locality", "check-locality",
+                                     "propagate-sharding")
 
 
 def get_pass(name: str, **options) -> Pass:
