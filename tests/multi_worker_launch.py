@@ -29,6 +29,7 @@ class Job:
 
     def __init__(self, tmp: Path, num_workers: int, devices: int, args: list[str], script: Path = WORKER):
         addresses = [f"127.0.0.1:{p}" for p in free_ports(num_workers)]
+        tmp.mkdir(parents=True, exist_ok=True)
         self.procs, self.outs, self.errs = [], [], []
         for i in range(num_workers):
             env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TF_CONFIG")}

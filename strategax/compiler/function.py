@@ -18,6 +18,7 @@ from ..passes import default_pipeline
 from . import context
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionTypeError
+from . import var_trace
 from .importer import import_jaxpr
 from .input_mask import PerReplicaBatch, batch_scope
 
@@ -94,6 +95,9 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
         if isinstance(x, jax.Array):  # the hot case first
             kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
             key.append((MIRRORED, x.shape, x.dtype))
+        elif getattr(x, "_is_variable", False):  # state, passed by reference: part of the key
+            kind = STATIC
+            key.append((kind, type(x), x))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
                 return signature(*_expand((args, kwargs)), num_replicas, num_local)
@@ -128,11 +132,15 @@ class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: _Signature, out_treedef,
-                 out_plan: list, strategy):
+                 out_plan: list, strategy, variables: list = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
-        self.in_layouts = executable.in_layouts
+        self.num_vars = len(variables)
+        self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
+        # each variable's buffer is an extra (donated) input and output, after the others
+        self.var_slots = [(v._store, lay) for v, lay in
+                          zip(variables, executable.in_layouts[len(self.in_layouts):])]
 
     def global_args(self, sig: _Signature) -> list:
         out = []
@@ -148,10 +156,14 @@ class _Compiled:
                 out.append(array)
             else:
                 out.append(x._values[0])
+        out.extend(store.argument(layout) for store, layout in self.var_slots)
         return out
 
     def __call__(self, sig: _Signature):
         outs = self.strategy._execute(self.executable, self.global_args(sig))
+        if self.num_vars:
+            for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
+                store.set(array)
         leaves = []
         for kind, index in self.out_plan:
             if kind == STATIC:
@@ -213,7 +225,10 @@ class StrategyFunction:
             out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
             for leaf in out_leaves:
-                if isinstance(leaf, DistributedValues):
+                if getattr(leaf, "_is_variable", False):
+                    plan.append((ARRAY, len(arrays)))
+                    arrays.append(jnp.asarray(leaf.read_value()))
+                elif isinstance(leaf, DistributedValues):
                     if leaf._local is None:
                         raise DistributionTypeError(
                             "the function returned a distributed value it did not compute",
@@ -233,21 +248,27 @@ class StrategyFunction:
             return arrays
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
-        closed = jax.make_jaxpr(flat_fn)(*structs)
+        session = var_trace.VarSession(strategy)
+        var_trace.push(session)
+        try:
+            closed = jax.make_jaxpr(flat_fn)(*structs)
+        finally:
+            var_trace.pop()
         func = import_jaxpr(closed, types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, funcs=[func])
+        module = Module(self._name, attrs, vars=session.decls(), funcs=[func])
+        out_info["variables"] = session.variables
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots).run(module)
-        return module, out_info["treedef"], out_info["plan"]
+        return module, out_info["treedef"], out_info["plan"], out_info["variables"]
 
     def _compile(self, sig: _Signature) -> _Compiled:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
-        module, out_treedef, plan = self._trace(sig)
+        module, out_treedef, plan, variables = self._trace(sig)
         executable = Executable(module, self._strategy._mesh)
-        compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy)
+        compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
         self._cache[sig.key] = compiled
         return compiled
 

@@ -25,9 +25,12 @@ PASSES: dict[str, str] = {
     "infer-locality": "strategax.passes.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
+    "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
+    "check-locality": "strategax.passes.check_locality:CheckLocality",
     "central-storage": "strategax.passes.central_storage:CentralStorage",
 }
-DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "central-storage", "infer-locality", "propagate-sharding")
+DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "insert-collectives", "central-storage", "infer-locality",
+                                     "check-locality", "propagate-sharding")
 
 
 def get_pass(name: str, **options) -> Pass:
