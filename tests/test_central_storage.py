@@ -3,9 +3,10 @@ compute replicas each step and their updates reduced back; numbers equal one-dev
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+import pytest
 
 import strategax as sx
+from test_var_passes import load_cases, run_case
 
 from test_optimizer_training import NAMES, batches, init_params, loss_fn, reference_training, tx
 
@@ -74,3 +75,8 @@ def test_parameter_device_outside_the_compute_devices():
     for k in NAMES:
         assert variables[k].values[0].device == jax.devices()[0]
         np.testing.assert_allclose(np.asarray(variables[k].read_value()), history[2][k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("body, passes, checks", load_cases("central_storage.sxir"))
+def test_central_storage_pass(body, passes, checks):
+    run_case(body, passes, checks)
