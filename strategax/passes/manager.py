@@ -84,7 +84,9 @@ class PassManager:
                     verify(module)
                 except VerifyError as e:
                     before = ", ".join(done[:-1]) or "none"
-                    raise PassFailure(f"after pass {p.name!r} (passes before it: {before}): {e}") from None
+                    failure = PassFailure(f"after pass {p.name!r} (passes before it: {before}): {e}")
+                    failure.op = e.op
+                    raise failure from None
             if self.snapshots is not None:
                 stage = p.name if p.name not in self.snapshots else f"{p.name}#{done.count(p.name)}"
                 self.snapshots[stage] = print_module(module)

@@ -20,19 +20,10 @@ _SAME_ON_MIRRORED = ("mean", "max", "min")
 
 def _times_n(op: Operation, x: Value, n: int) -> list[Operation]:
     """Ops computing n * x (mirrored), the last one defining op's result."""
-    t = x.type
-    scalar = TensorType((), t.dtype, Locality.MIRRORED)
-    c = Operation("sx.constant", [], [Value(scalar, "n")], {"value": np.asarray(n, dtype=t.dtype)}, loc=op.loc)
-    ops = [c]
-    factor = c.result
-    if t.shape:
-        full = TensorType(t.shape, t.dtype, Locality.MIRRORED)
-        b = Operation("jax.broadcast_in_dim", [factor], [Value(full, "n")],
-                      {"shape": t.shape, "broadcast_dimensions": (), "sharding": None}, loc=op.loc)
-        ops.append(b)
-        factor = b.result
-    ops.append(Operation("jax.mul", [factor, x], [op.result], {}, loc=op.loc))
-    return ops
+    scalar = TensorType((), x.type.dtype, Locality.MIRRORED)
+    c = Operation("sx.constant", [], [Value(scalar, "n")], {"value": np.asarray(n, dtype=x.type.dtype)},
+                  loc=op.loc)
+    return [c, Operation("jax.mul", [x, c.result], [op.result], {"out_dtype": None}, loc=op.loc)]
 
 
 def _gather_sum(op: Operation, gather: Operation) -> list[Operation]:
