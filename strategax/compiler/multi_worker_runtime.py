@@ -74,6 +74,41 @@ def probe(address: str, ping: bool, timeout: float = 2.0) -> str:
         return "dead"
 
 
+# Run in a small child process of every non-coordinator worker: when the worker dies without
+# saying goodbye on the pipe (JAX aborts it the moment the coordinator is gone, and that abort
+# cannot be intercepted from Python), name the coordinator if it is the one that is gone.
+_WATCH = r"""
+import socket, sys
+me, total, host, port, address = sys.argv[1:]
+if sys.stdin.buffer.read() == b"bye":
+    raise SystemExit
+try:
+    socket.create_connection((host, int(port)), timeout=2).close()
+except OSError:
+    sys.stderr.write(f"strategax: worker {me} of {total}: the job's coordination service failed: "
+                     f"worker 0 (chief/coordinator, task index 0, {address}) was lost (its process "
+                     "is gone). The job cannot continue: restart it (from the last checkpoint).\n")
+"""
+
+
+def watch_coordinator(addresses: Sequence[str], index: int) -> None:
+    """Start the child that names a lost coordinator after JAX aborts this worker."""
+    import subprocess
+
+    host, port = _split(addresses[0])
+    child = subprocess.Popen([sys.executable, "-c", _WATCH, str(index), str(len(addresses)), host, str(port),
+                              addresses[0]], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+
+    def goodbye() -> None:
+        try:
+            child.stdin.write(b"bye")
+            child.stdin.close()
+        except OSError:
+            pass
+
+    atexit.register(goodbye)
+
+
 class WorkerRuntime:
     """This process's view of the job: who the workers are, and the bound on each step."""
 
@@ -89,6 +124,8 @@ class WorkerRuntime:
                 self._listener = LivenessListener(addresses[index])
             except OSError:  # the port is taken: peers will report this worker as unreachable
                 self._listener = None
+        if index > 0:
+            watch_coordinator(addresses, index)
         atexit.register(self._exit_if_failed)  # runs before jax.distributed's shutdown barrier
         if timeout_seconds is not None:
             threading.Thread(target=self._watch, name="strategax-watchdog", daemon=True).start()
