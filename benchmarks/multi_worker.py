@@ -27,7 +27,6 @@ if WORKER:  # join the cluster before any JAX computation
     STRATEGY = sx.MultiWorkerMirroredStrategy()
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402

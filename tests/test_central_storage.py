@@ -1,7 +1,6 @@
 """CentralStorageStrategy: variables stored once on the parameter device, broadcast to the
 compute replicas each step and their updates reduced back; numbers equal one-device JAX."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import strategax as sx
 

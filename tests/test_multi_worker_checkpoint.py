@@ -1,7 +1,6 @@
 """Faults and checkpoints: a worker killed mid-training leaves the chief's last checkpoint
 intact, and a restarted job resumes from it to the numbers of uninterrupted training."""
 import sys
-import time
 from pathlib import Path
 
 import numpy as np

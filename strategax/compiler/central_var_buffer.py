@@ -7,7 +7,6 @@ kept (a view of that shard, no copy when the parameter device is a compute devic
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..backends import ReplicaLayout

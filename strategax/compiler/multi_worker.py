@@ -8,7 +8,7 @@ process holds, feeds and sees only its own replicas' components.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np

@@ -15,7 +15,6 @@ timeout = float(sys.argv[2]) if len(sys.argv) > 2 else None
 strategy = sx.MultiWorkerMirroredStrategy(
     communication_options=sx.CommunicationOptions(timeout_seconds=timeout))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mlp import data, init_params, make_step  # noqa: E402
