@@ -261,3 +261,81 @@ def test_non_iterable_dataset():
     with pytest.raises(TypeError) as err:
         line = here(); strategy.distribute_datasets_from_function(lambda ctx: 3.5)  # noqa: E702
     assert_names_line(err, line)
+
+
+def test_partial_batch_under_logical_devices():
+    # Intent: API.md: partial batches work under every strategy, logical devices included.
+    strategy = sx.TPUStrategy(logical_devices_per_replica=2)
+    batches = [np.arange(16.0, dtype=np.float32).reshape(8, 2), np.arange(10.0, dtype=np.float32).reshape(5, 2)]
+    mean = strategy.function(lambda b: strategy.reduce("mean", strategy.run(lambda x: x * 2.0, args=(b,)), axis=0))
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_allclose(np.asarray(mean(element)), (2 * b).mean(axis=0), rtol=1e-6)
+    assert len(mean._cache) == 1
+
+
+def test_breaking_out_of_the_loop_stops_the_prefetch_thread():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+
+    def prefetchers():
+        return [t for t in threading.enumerate() if t.name == "strategax-prefetch" and t.is_alive()]
+
+    before = set(prefetchers())
+    endless = (np.full((4,), float(i), np.float32) for i in range(10**9))
+    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):
+        if i == 0:
+            started = set(prefetchers()) - before
+        if i == 2:
+            break
+    np.testing.assert_array_equal(strategy.experimental_local_results(element)[0], [2.0, 2.0])
+    assert len(started) == 1
+    deadline = time.time() + 5
+    while any(t.is_alive() for t in started) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not any(t.is_alive() for t in started)
+
+
+def test_gather_of_a_partial_batch_keeps_the_real_rows():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    batches = [np.arange(8.0, dtype=np.float32), np.arange(8.0, 13.0, dtype=np.float32)]  # 2,2,1,0 rows
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_array_equal(np.asarray(strategy.gather(element, axis=0)), b)
+        out = strategy.run(lambda x: x + 1.0, args=(element,))
+        np.testing.assert_array_equal(np.asarray(strategy.gather(out, axis=0)), b + 1.0)
+
+
+def test_structure_change_in_datasets_from_function():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    elements = [np.zeros(2), np.zeros(2), {"x": np.zeros(2)}, {"x": np.zeros(2)}]
+    it = iter(strategy.distribute_datasets_from_function(lambda ctx: elements))
+    next(it)
+    with pytest.raises(TypeError) as err:
+        line = here(); next(it)  # noqa: E702
+    assert_names_line(err, line)
+    assert "structure of the batches changed" in str(err.value)
+
+
+def test_element_spec_of_a_generator_keeps_its_first_batch():
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    dist = strategy.experimental_distribute_dataset(
+        {"x": np.full((4, 3), float(i), np.float32), "y": np.zeros(4, np.int32)} for i in range(3))
+    spec = dist.element_spec
+    assert spec["x"].shape == (None, 3) and spec["x"].dtype == np.float32 and spec["y"].dtype == np.int32
+    firsts = [float(strategy.experimental_local_results(e["x"])[0][0, 0]) for e in dist]
+    assert firsts == [0.0, 1.0, 2.0]
+
+
+def test_compute_average_loss_with_global_batch_size_and_weights():
+    # Intent: TF's rule sum(loss * weight) / global_batch_size, padded rows excluded.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    x = np.arange(1.0, 12.0, dtype=np.float32)
+    batches = [x[:8], x[8:]]  # second batch: rows 1, 1, 1, 0
+
+    @strategy.function
+    def losses(batch):
+        per_replica = strategy.run(
+            lambda b: sx.nn.compute_average_loss(b * b, sample_weight=0.5 * b, global_batch_size=8), args=(batch,))
+        return strategy.reduce("sum", per_replica)
+
+    for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+        np.testing.assert_allclose(float(losses(element)), np.sum(b * b * 0.5 * b) / 8, rtol=1e-6)
+    assert len(losses._cache) == 1

@@ -30,6 +30,7 @@ _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 # Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
 # static Python value baked into the program.
 PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
+PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
 
 
 @dataclass
@@ -133,7 +134,6 @@ class _Compiled:
                  out_plan: list, strategy, variables: list = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
-        self.per_example: frozenset = frozenset()  # outputs trimmed to the real rows (input_mask)
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
@@ -170,10 +170,10 @@ class _Compiled:
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
             if layout.per_replica:
-                leaves.append(PerReplica._from_global(array, layout) if index not in self.per_example
+                leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
                               else PerReplicaBatch._from_global_batch(
                                   array, layout, sig.batch._counts, sig.batch._count_value))
-            elif kind in (PER_REPLICA, MIRRORED):
+            elif kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
                 leaves.append(Mirrored._from_global(array, layout))
             else:
                 leaves.append(array)
@@ -221,7 +221,6 @@ class StrategyFunction:
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
             with context.push(strategy), context.tracing(), batch_scope(count, rows):
                 result = self._fn(*args, **kwargs)
-            per_example = set()
             out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
             for leaf in out_leaves:
@@ -233,17 +232,18 @@ class StrategyFunction:
                         raise DistributionTypeError(
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
-                    if rows is not None and isinstance(leaf, PerReplica) and leaf._local.ndim \
+                    kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
+                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
                             and leaf._local.shape[0] == rows:
-                        per_example.add(len(arrays))
-                    plan.append((PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, len(arrays)))
+                        kind = PER_EXAMPLE
+                    plan.append((kind, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, _STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
                     plan.append((STATIC, leaf))
                 else:
                     plan.append((ARRAY, len(arrays)))
                     arrays.append(jnp.asarray(leaf))
-            out_info["plan"], out_info["per_example"] = plan, frozenset(per_example)
+            out_info["plan"] = plan
             return arrays
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
@@ -260,7 +260,6 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots).run(module)
-        self._per_example = out_info["per_example"]
         return module, out_info["treedef"], out_info["plan"], out_info["variables"]
 
     def _compile(self, sig: _Signature) -> _Compiled:
@@ -269,7 +268,6 @@ class StrategyFunction:
         module, out_treedef, plan, variables = self._trace(sig)
         executable = Executable(module, self._strategy._mesh)
         compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
-        compiled.per_example = self._per_example
         self._cache[sig.key] = compiled
         return compiled
 

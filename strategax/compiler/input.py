@@ -10,9 +10,9 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-from .errors import DistributionTypeError
+from .errors import DistributionTypeError, DistributionValueError
 from .input_place import place_split
-from .input_split import batch_leaves, split_sizes
+from .input_split import BatchError, batch_leaves, split_sizes
 from .options import InputOptions
 from .prefetch import Prefetcher, Synchronous
 
@@ -81,6 +81,16 @@ class DistributedIterator:
             pass
 
 
+def _resume(first: Any, rest: Iterator) -> Iterator:
+    yield first
+    yield from rest
+
+
+def is_one_shot(source: Any) -> bool:
+    """A source that iterates only once (a generator, an iterator) rather than restarting."""
+    return not hasattr(source, "as_numpy_iterator") and iter(source) is source
+
+
 class _Dataset:
     """What the distributed datasets share: iterating restarts; `element_spec` from the first element."""
 
@@ -88,19 +98,36 @@ class _Dataset:
         self._strategy = strategy
         self._options = options or InputOptions()
         self._spec = None
+        self._pending = None  # (first element, rest) read by element_spec from a one-shot source
 
     def _produce(self) -> Iterator:
         raise NotImplementedError
 
+    def _one_shot(self) -> bool:
+        raise NotImplementedError
+
     def __iter__(self) -> DistributedIterator:
-        return DistributedIterator(self._strategy, self._produce, self._options)
+        pending, self._pending = self._pending, None
+        produce = self._produce if pending is None else (lambda: _resume(*pending))
+        return DistributedIterator(self._strategy, produce, self._options)
 
     @property
     def element_spec(self) -> Any:
+        """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the first element)."""
         if self._spec is None:
             it = self._produce()
-            self._spec = spec_of(next(it))
-            it.close()
+            try:
+                first = next(it)
+            except BatchError as e:
+                raise e.user_error() from None
+            except StopIteration:
+                raise DistributionValueError("the dataset is empty, so it has no element_spec",
+                                             "give the dataset at least one batch") from None
+            self._spec = spec_of(first)
+            if self._one_shot():  # keep what was read: the next iteration starts with it
+                self._pending = (first, it)
+            else:
+                it.close()
         return self._spec
 
 
@@ -111,6 +138,9 @@ class DistributedDataset(_Dataset):
         check_iterable(dataset)
         super().__init__(strategy, options)
         self._dataset = dataset
+
+    def _one_shot(self) -> bool:
+        return is_one_shot(self._dataset)
 
     def _produce(self) -> Iterator:
         mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-from .input import _Dataset, check_iterable, host_iterator
+from .input import _Dataset, check_iterable, host_iterator, is_one_shot
 from .input_context import InputContext
 from .input_place import place_pieces
 from .input_split import batch_leaves
@@ -21,10 +21,16 @@ class DatasetsFromFunction(_Dataset):
     def __init__(self, strategy, dataset_fn: Callable, options=None):
         super().__init__(strategy, options)
         n = strategy.num_replicas_in_sync
-        self._contexts = [InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=n)]
+        # One pipeline per process; a multi-worker strategy says which it is (hook, default (1, 0)).
+        pipelines, pipeline_id = getattr(strategy, "_input_pipeline", lambda: (1, 0))()
+        self._contexts = [InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline_id,
+                                       num_replicas_in_sync=n)]
         self._datasets = [dataset_fn(ctx) for ctx in self._contexts]
         for d in self._datasets:
             check_iterable(d, "result of dataset_fn")
+
+    def _one_shot(self) -> bool:
+        return is_one_shot(self._datasets[0])
 
     def _produce(self) -> Iterator:
         mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync

@@ -73,8 +73,8 @@ def _mask_rows(x, mask):
     return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype))
 
 
-def compute_average_loss(per_example_loss, global_batch_size: int | None = None,
-                         sample_weight=None) -> jax.Array:
+def compute_average_loss(per_example_loss, sample_weight=None,
+                         global_batch_size: int | None = None) -> jax.Array:
     """Sum of this replica's real per-example losses over the global batch size (TensorFlow's
     `tf.nn.compute_average_loss`); without `global_batch_size`, over the real global row count,
     so a partial batch is averaged exactly. Sum the results (or gradients) across replicas."""
@@ -132,4 +132,18 @@ def trim_reduced(value: Any, result: Any) -> Any:
         if isinstance(v, PerReplicaBatch) and max(v._counts) < v._rows:
             return r[:max(v._counts)]
         return r
+    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)
+
+
+def trim_gathered(value: Any, result: Any, axis: int) -> Any:
+    """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
+    from .distributed_values import is_distributed
+    import numpy as np
+
+    def one(v, r):
+        if not isinstance(v, PerReplicaBatch) or axis % max(len(v._global[1].type.shape), 1) != 0 \
+                or min(v._counts) == v._rows:
+            return r
+        index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])
+        return jnp.asarray(r)[index]
     return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)

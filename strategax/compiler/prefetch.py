@@ -23,6 +23,29 @@ def _raise(error: BaseException):
     raise error  # the user's iterator failed: keep its traceback
 
 
+def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event) -> None:
+    """The producer thread; it holds no reference to the Prefetcher, so dropping the iterator
+    (e.g. `break` out of the loop) collects it and stops the thread."""
+    try:
+        for item in produce():
+            if not _put(q, stop, item):
+                return
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        _put(q, stop, _Failure(e))
+        return
+    _put(q, stop, _END)
+
+
 class Prefetcher:
     """Iterates `produce()` in a daemon thread, keeping at most `buffer_size` elements ready."""
 
@@ -30,28 +53,9 @@ class Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
         self._stop = threading.Event()
         self._done = False
-        self._thread = threading.Thread(target=self._run, args=(produce,), daemon=True,
+        self._thread = threading.Thread(target=_run, args=(produce, self._queue, self._stop), daemon=True,
                                         name="strategax-prefetch")
         self._thread.start()
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, produce):
-        try:
-            for item in produce():
-                if not self._put(item):
-                    return
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            self._put(_Failure(e))
-            return
-        self._put(_END)
 
     def __iter__(self):
         return self

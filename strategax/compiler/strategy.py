@@ -187,7 +187,8 @@ class Strategy(LogicalDevicesMixin):
         if not context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
                 return value
-            return self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            return input_mask.trim_gathered(value, gathered, axis)
         n = self.num_replicas_in_sync
         return _tree_map_distributed(
             lambda x: primitives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
@@ -242,7 +243,9 @@ class Strategy(LogicalDevicesMixin):
 
         return DatasetsFromFunction(self, dataset_fn, options)
 
-    experimental_distribute_datasets_from_function = distribute_datasets_from_function
+    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
+        """The older name of `distribute_datasets_from_function`."""
+        return self.distribute_datasets_from_function(dataset_fn, options)
 
     def experimental_make_numpy_dataset(self, numpy_input):
         """A dataset of the rows of `numpy_input` (an array or pytree of arrays); `.batch(n)` it."""
