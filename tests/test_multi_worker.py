@@ -56,6 +56,7 @@ def test_two_workers_of_two_devices_train_like_one_process_and_one_device(tmp_pa
     for w, r in enumerate(results):
         assert (r["worker"], r["task_type"], r["replicas"], r["local_results"]) == (w, "worker", 4, 2)
         assert r["input_contexts"] == [[2, w, 4]]  # one input pipeline per worker
+        assert (r["worker_devices"], r["should_checkpoint"]) == (2, w == 0)  # only the chief saves
         # the pipeline's 3 elements dealt to this worker's 2 replicas; the last step's second
         # replica gets an empty batch (None: no row)
         assert r["dealt"] == [[10 * w, 10 * w + 1], [10 * w + 2, None]]

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from .errors import DistributionRuntimeError, DistributionValueError
+from .extended import StrategyExtended
 from .multi_worker_input import MultiWorkerInputMixin
 from .multi_worker_runtime import WorkerRuntime
 from .options import CommunicationOptions
@@ -48,6 +49,24 @@ def _initialize_distributed(addresses: list[str], index: int, timeout: float | N
     _initialized = (tuple(addresses), index)
 
 
+class MultiWorkerExtended(StrategyExtended):
+    """As TensorFlow's: this worker's devices; only the chief (worker 0) checkpoints and
+    writes summaries; every worker runs its own copy of the program (between-graph)."""
+
+    experimental_between_graph = True
+
+    @property
+    def worker_devices(self) -> tuple:
+        s = self._strategy
+        return tuple(s._devices[i] for i in s._local_replica_ids)
+
+    @property
+    def should_checkpoint(self) -> bool:
+        return self._strategy._worker_index == 0
+
+    should_save_summary = should_checkpoint
+
+
 class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
     """Synchronous data parallelism over the devices of several worker processes."""
 
@@ -74,6 +93,7 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         else:
             devices = list(jax.local_devices())
         super().__init__(devices)
+        self._extended = MultiWorkerExtended(self)
 
     @property
     def cluster_resolver(self):

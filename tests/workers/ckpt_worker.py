@@ -54,7 +54,7 @@ while i < total:
     for batch in strategy.experimental_distribute_dataset(list(zip(x[lo:], y[lo:]))):
         train_step(*batch)
         i += 1
-        if strategy.cluster_resolver.task_id == 0:  # the chief writes the checkpoints
+        if strategy.extended.should_checkpoint:  # the chief (worker 0) writes the checkpoints
             checkpoint.save(ckpt_dir)
         print(f"step {i}", flush=True)
         if steps <= 0:

@@ -50,5 +50,6 @@ dealt = [[float(np.asarray(v)[0, 0]) if np.shape(v)[0] else None for v in strate
 print(json.dumps({
     "worker": strategy.cluster_resolver.task_id, "task_type": strategy.cluster_resolver.task_type,
     "replicas": strategy.num_replicas_in_sync, "local_results": len(local),
+    "worker_devices": len(strategy.extended.worker_devices), "should_checkpoint": strategy.extended.should_checkpoint,
     "losses": losses, "input_contexts": contexts, "dealt": dealt, "params": {k: np.asarray(v).tolist() for k, v in params.items()},
 }), flush=True)
