@@ -67,6 +67,7 @@ class Variable:
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
         self._store = var_buffers.VarBuffer(self, array)
+        self._symbol = var_trace.new_symbol(self)  # its name in IR modules
 
     # --- description -------------------------------------------------------------------
     name = property(lambda self: self._name)
