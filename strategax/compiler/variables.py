@@ -66,7 +66,8 @@ class Variable:
         self._name = name or "Variable"  # TensorFlow's default (IR symbols are made unique)
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
-        self._store = var_buffers.VarBuffer(self, array)
+        make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
+        self._store = make(self, array) if make is not None else var_buffers.VarBuffer(self, array)
         self._symbol = var_trace.new_symbol(self)  # its name in IR modules
 
     # --- description -------------------------------------------------------------------
