@@ -43,7 +43,7 @@ def test_strategax_dump_runs_a_script_and_writes_every_stage(tmp_path):
     assert float(result.stdout.strip()) == 2.0 * sum(range(4))  # the script ran: 2 * (0+1+2+3)
     (folder,) = list(out.iterdir())
     names = sorted(p.name for p in folder.iterdir())
-    assert names[0] == "00_traced.sxir" and "07_fuse-collectives.sxir" in names
+    assert names[0] == "00_traced.sxir" and any(n.endswith("_fuse-collectives.sxir") for n in names)
     for stage in folder.glob("*.sxir"):
         sx.ir.verify(sx.ir.parse(stage.read_text(), str(stage)))
     assert (folder / "lowered.stablehlo.mlir").read_text().count("stablehlo.all_reduce") == 1

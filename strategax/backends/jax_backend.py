@@ -26,6 +26,7 @@ class LoweringContext:
     def __init__(self, num_replicas: int, mesh: Mesh | None = None):
         self.num_replicas = num_replicas
         self.mesh = mesh  # the whole mesh: `replica` plus any logical-device axes
+        self.vars: dict = {}  # variable symbol -> its current local value (see ir.var_dialect)
         # One replica of several logical devices: XLA drops the size-1 manual axis, so a
         # cross-replica collective would become a cross-partition one; it is the identity.
         self._collectives_are_identities = (num_replicas == 1 and mesh is not None
@@ -56,17 +57,23 @@ def _identity(op, args, ctx) -> list:
 class Executable:
     """The compiled program for one module: call it with global arrays (see `layout`)."""
 
-    def __init__(self, module: Module, mesh: Mesh, donate_argnums: Sequence[int] = ()):
+    def __init__(self, module: Module, mesh: Mesh, donate_argnums: Sequence[int] | None = None):
+        """Inputs are main's arguments then the module's variables; outputs are main's results
+        then the variables' new values. Variable inputs are donated unless told otherwise."""
         self.module, self.mesh = module, mesh
         main = module.main
-        self.in_layouts = [ReplicaLayout(mesh, a.type) for a in main.body.args]
-        self.out_layouts = [ReplicaLayout(mesh, r.type) for r in main.body.results]
+        nargs, var_types = len(main.body.args), [v.type for v in module.vars]
+        self.in_layouts = [ReplicaLayout(mesh, t) for t in [a.type for a in main.body.args] + var_types]
+        self.out_layouts = [ReplicaLayout(mesh, t) for t in [r.type for r in main.body.results] + var_types]
+        if donate_argnums is None:
+            donate_argnums = range(nargs, nargs + len(var_types))
         ctx = LoweringContext(mesh.shape[AXIS], mesh)
         in_layouts, out_layouts = self.in_layouts, self.out_layouts
 
         def body(*local):
             args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
-            outs = ctx.run_block(main.body, args)
+            ctx.vars = {v.name: x for v, x in zip(module.vars, args[nargs:])}
+            outs = ctx.run_block(main.body, args[:nargs]) + [ctx.vars[v.name] for v in module.vars]
             return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
 
         mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),

@@ -10,15 +10,17 @@ from ..ir.opdefs import bind_params
 
 
 class ReferenceContext:
-    def __init__(self, replica_ids: Sequence[int]):
+    def __init__(self, replica_ids: Sequence[int], variables: dict | None = None):
         self.replica_ids = list(replica_ids)
+        self.vars = {} if variables is None else variables  # symbol -> one value per replica
 
     @property
     def num_replicas(self) -> int:
         return len(self.replica_ids)
 
     def subset(self, positions: Sequence[int]) -> "ReferenceContext":
-        return ReferenceContext([self.replica_ids[p] for p in positions])
+        vars_ = {k: [v[p] for p in positions] for k, v in self.vars.items()}  # reads only
+        return ReferenceContext([self.replica_ids[p] for p in positions], vars_)
 
     def run_block(self, block: Block, args: Sequence[Sequence]) -> list[list]:
         env = {id(a): list(x) for a, x in zip(block.args, args)}
@@ -44,10 +46,14 @@ class ReferenceContext:
 
 
 def run_reference(module: Module, *inputs, num_replicas: int) -> list[list]:
-    """Run `module.main` on `num_replicas` replicas. A per_replica input is a sequence of
-    components; any other input is one value given to every replica. Returns, per result, the
-    list of each replica's value."""
+    """Run `module.main` on `num_replicas` replicas. Inputs are main's arguments then the
+    module's variables; a per_replica input is a sequence of components, any other is one value
+    given to every replica. Returns, per result and then per variable, each replica's value."""
     main = module.main
-    args = [list(x) if a.type.locality is Locality.PER_REPLICA else [x] * num_replicas
-            for a, x in zip(main.body.args, inputs)]
-    return ReferenceContext(range(num_replicas)).run_block(main.body, args)
+    types = [a.type for a in main.body.args] + [v.type for v in module.vars]
+    args = [list(x) if t.locality is Locality.PER_REPLICA else [x] * num_replicas
+            for t, x in zip(types, inputs)]
+    nargs = len(main.body.args)
+    ctx = ReferenceContext(range(num_replicas), {v.name: a for v, a in zip(module.vars, args[nargs:])})
+    results = ctx.run_block(main.body, args[:nargs])
+    return results + [ctx.vars[v.name] for v in module.vars]

@@ -15,6 +15,10 @@ from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
 from .strategy import MirroredStrategy, OneDeviceStrategy, Strategy, ValueContext
 from .tpu_strategy import TPUStrategy
+from .var_enums import VariableAggregation, VariableSynchronization
+from .variables import MirroredVariable, SyncOnReadVariable, Variable
+from .checkpoint import Checkpoint, latest_checkpoint
+from .optimizer import Optimizer
 
 __all__ = [
     "CommunicationImplementation", "CommunicationOptions", "DefaultStrategy", "InputContext", "InputOptions", "DeviceAssignment", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
@@ -22,5 +26,6 @@ __all__ = [
     "OneDeviceStrategy", "PerReplica", "ReduceOp", "ReplicaContext", "StrategaxError", "Strategy",
     "StrategyExtended", "StrategyFunction", "TPUStrategy", "ValueContext", "experimental_set_strategy",
     "get_cross_replica_context", "get_replica_context", "get_strategy", "has_strategy",
-    "import_jaxpr", "in_cross_replica_context",
+    "import_jaxpr", "in_cross_replica_context", "MirroredVariable", "SyncOnReadVariable", "Variable",
+    "VariableAggregation", "VariableSynchronization", "Checkpoint", "latest_checkpoint", "Optimizer",
 ]

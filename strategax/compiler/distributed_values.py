@@ -127,7 +127,9 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
 
 
 def is_distributed(x: Any) -> bool:
-    return isinstance(x, DistributedValues)
+    """A PerReplica or Mirrored value (distributed variables are DistributedValues too, but
+    they are state, passed by reference, not values)."""
+    return isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False)
 
 
 def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> Any:

@@ -18,7 +18,9 @@ from ..passes import default_pipeline
 from . import context, dump
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionTypeError
+from . import var_trace
 from .importer import import_jaxpr
+from .input_mask import PerReplicaBatch, batch_scope
 
 log = logging.getLogger("strategax")
 
@@ -28,6 +30,7 @@ _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 # Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
 # static Python value baked into the program.
 PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
+PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
 
 
 @dataclass
@@ -36,6 +39,7 @@ class _Signature:
     treedef: Any
     kinds: list[str]
     leaves: list[Any]
+    batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -85,16 +89,21 @@ def _distributed_key(x: DistributedValues, num_replicas: int) -> tuple:
 def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
     """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
-    kinds, key = [], [treedef]
+    kinds, key, batch = [], [treedef], None
     for x in leaves:
         if isinstance(x, jax.Array):  # the hot case first
             kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
             key.append((MIRRORED, x.shape, x.dtype))
+        elif getattr(x, "_is_variable", False):  # state, passed by reference: part of the key
+            kind = STATIC
+            key.append((kind, type(x), x))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
                 return signature(*_expand((args, kwargs)), num_replicas)
             kind, k = _distributed_key(x, num_replicas)
             key.append(k)
+            if batch is None and isinstance(x, PerReplicaBatch):
+                batch = x
         elif isinstance(x, _ARRAY_TYPES):
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
@@ -111,18 +120,26 @@ def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
             kind = STATIC
             key.append((kind, type(x), x))
         kinds.append(kind)
-    return _Signature(tuple(key), treedef, kinds, leaves)
+    if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
+        leaves = [*leaves, batch._count_value]
+        kinds.append(PER_REPLICA)
+        key.append(("rows", batch._rows))
+    return _Signature(tuple(key), treedef, kinds, leaves, batch)
 
 
 class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: _Signature, out_treedef,
-                 out_plan: list, strategy):
+                 out_plan: list, strategy, variables: list = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
-        self.in_layouts = executable.in_layouts
+        self.num_vars = len(variables)
+        self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
+        # each variable's buffer is an extra (donated) input and output, after the others
+        self.var_slots = [(v._store, lay) for v, lay in
+                          zip(variables, executable.in_layouts[len(self.in_layouts):])]
 
     def global_args(self, sig: _Signature) -> list:
         out = []
@@ -138,10 +155,14 @@ class _Compiled:
                 out.append(array)
             else:
                 out.append(x._values[0])
+        out.extend(store.argument(layout) for store, layout in self.var_slots)
         return out
 
     def __call__(self, sig: _Signature):
         outs = self.executable(*self.global_args(sig))
+        if self.num_vars:
+            for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
+                store.set(array)
         leaves = []
         for kind, index in self.out_plan:
             if kind == STATIC:
@@ -149,8 +170,10 @@ class _Compiled:
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
             if layout.per_replica:
-                leaves.append(PerReplica._from_global(array, layout))
-            elif kind in (PER_REPLICA, MIRRORED):
+                leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
+                              else PerReplicaBatch._from_global_batch(
+                                  array, layout, sig.batch._counts, sig.batch._count_value))
+            elif kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
                 leaves.append(Mirrored._from_global(array, layout))
             else:
                 leaves.append(array)
@@ -194,18 +217,26 @@ class StrategyFunction:
                 kind = sig.kinds[i]
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
-            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves)
-            with context.push(strategy), context.tracing():
+            count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
+            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
+            with context.push(strategy), context.tracing(), batch_scope(count, rows):
                 result = self._fn(*args, **kwargs)
             out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
             for leaf in out_leaves:
-                if isinstance(leaf, DistributedValues):
+                if getattr(leaf, "_is_variable", False):
+                    plan.append((ARRAY, len(arrays)))
+                    arrays.append(jnp.asarray(leaf.read_value()))
+                elif isinstance(leaf, DistributedValues):
                     if leaf._local is None:
                         raise DistributionTypeError(
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
-                    plan.append((PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, len(arrays)))
+                    kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
+                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
+                            and leaf._local.shape[0] == rows:
+                        kind = PER_EXAMPLE
+                    plan.append((kind, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, _STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
                     plan.append((STATIC, leaf))
@@ -216,14 +247,20 @@ class StrategyFunction:
             return arrays
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
-        closed = jax.make_jaxpr(flat_fn)(*structs)
+        session = var_trace.VarSession(strategy)
+        var_trace.push(session)
+        try:
+            closed = jax.make_jaxpr(flat_fn)(*structs)
+        finally:
+            var_trace.pop()
         func = import_jaxpr(closed, types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, funcs=[func])
+        module = Module(self._name, attrs, vars=session.decls(), funcs=[func])
+        out_info["variables"] = session.variables
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
-        return module, out_info["treedef"], out_info["plan"]
+        return module, out_info["treedef"], out_info["plan"], out_info["variables"]
 
     def _compile(self, sig: _Signature) -> _Compiled:
         if self._cache:
@@ -236,9 +273,9 @@ class StrategyFunction:
         return compiled
 
     def _build(self, sig: _Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
-        module, out_treedef, plan = self._trace(sig, snapshots, timings)
+        module, out_treedef, plan, variables = self._trace(sig, snapshots, timings)
         executable = Executable(module, self._strategy._mesh)
-        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy)
+        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, _Signature]:
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)

@@ -46,6 +46,12 @@ class ReplicaContext:
         return jax.tree_util.tree_map(
             lambda x: primitives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
 
+    def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
+        """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""
+        from .merge import merge_call
+
+        return merge_call(self, merge_fn, args, kwargs)
+
     def __repr__(self) -> str:
         return f"ReplicaContext(strategy={type(self._strategy).__name__}, replicas={self.num_replicas_in_sync})"
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from ..backends import make_mesh
-from . import context, primitives
+from . import context, input_mask, primitives
 from .devices import resolve_device, resolve_devices
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
@@ -147,6 +147,9 @@ class Strategy(LogicalDevicesMixin):
             if fn is None:
                 fn = self._reduce_functions[key] = StrategyFunction(
                     self, lambda v: self.reduce(op, v, axis), name="reduce")
+            if axis is None:
+                input_mask.check_even(value)
+                return input_mask.trim_reduced(value, fn(value))
             return fn(value)
         return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
 
@@ -170,6 +173,9 @@ class Strategy(LogicalDevicesMixin):
         if axis is None:
             return primitives.all_reduce(local, op.ir_name, "Strategy.reduce")
         axis = axis % max(local.ndim, 1)
+        masked = input_mask.reduce_rows(op.ir_name, local, axis)  # a padded partial batch
+        if masked is not None:
+            return masked
         total = primitives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
         if op is ReduceOp.MEAN:
             total = total / (local.shape[axis] * self.num_replicas_in_sync)
@@ -181,7 +187,8 @@ class Strategy(LogicalDevicesMixin):
         if not context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
                 return value
-            return self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            return input_mask.trim_gathered(value, gathered, axis)
         n = self.num_replicas_in_sync
         return _tree_map_distributed(
             lambda x: primitives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
@@ -229,6 +236,22 @@ class Strategy(LogicalDevicesMixin):
         from .input import DistributedDataset
 
         return DistributedDataset(self, dataset, options)
+
+    def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
+        """`dataset_fn(InputContext)` per input pipeline yields per-replica batches, dealt in turn."""
+        from .input_from_function import DatasetsFromFunction
+
+        return DatasetsFromFunction(self, dataset_fn, options)
+
+    def experimental_distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
+        """The older name of `distribute_datasets_from_function`."""
+        return self.distribute_datasets_from_function(dataset_fn, options)
+
+    def experimental_make_numpy_dataset(self, numpy_input):
+        """A dataset of the rows of `numpy_input` (an array or pytree of arrays); `.batch(n)` it."""
+        from .numpy_dataset import NumpyDataset
+
+        return NumpyDataset(numpy_input)
 
 
 class MirroredStrategy(Strategy):

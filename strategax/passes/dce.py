@@ -6,11 +6,16 @@ from dataclasses import dataclass
 from ..ir import Block, Module
 
 
+def _has_effects(op) -> bool:
+    """An op with no results (a variable write), or one whose regions hold one."""
+    return not op.results or any(_has_effects(inner) for r in op.regions for inner in r.ops)
+
+
 def dce_block(block: Block) -> None:
     live = set(map(id, block.results))
     kept = []
     for op in reversed(block.ops):
-        if op.results and not any(id(r) in live for r in op.results):
+        if not any(id(r) in live for r in op.results) and not _has_effects(op):
             continue
         for region in op.regions:
             dce_block(region)

@@ -29,6 +29,8 @@ PASSES: dict[str, str] = {
     "cse": "strategax.passes.cse:CommonSubexpressionElimination",
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
+    "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
+    "check-locality": "strategax.passes.check_locality:CheckLocality",
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; localities are needed to check TensorFlow's rules and

@@ -32,18 +32,28 @@ def test_case(case: Case):
         return
     out = run_case(case)
     assert ir.print_module(ir.parse(out)) == out
+    check_output(case, out)
+
+
+def check_output(case: Case, out: str) -> None:
+    """FileCheck's rules: each CHECK matches a line after the previous match; a CHECK-NOT must
+    not occur between the matches of the CHECKs around it (before the first, after the last)."""
     lines = out.splitlines()
-    at = 0
+    at, pending = 0, []
     for kind, want in case.checks:
         if kind == "CHECK-NOT":
-            assert want not in out, f"CHECK-NOT {want!r} found in:\n{out}"
+            pending.append(want)
             continue
         for j in range(at, len(lines)):
             if want in lines[j]:
-                at = j + 1
                 break
         else:
             raise AssertionError(f"CHECK {want!r} not found (after output line {at}) in:\n{out}")
+        for bad in pending:
+            assert not any(bad in line for line in lines[at:j]), f"CHECK-NOT {bad!r} found before {want!r} in:\n{out}"
+        at, pending = j + 1, []
+    for bad in pending:
+        assert not any(bad in line for line in lines[at:]), f"CHECK-NOT {bad!r} found in:\n{out}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.path.stem}:{c.name}" for c in CASES])

@@ -1,0 +1,82 @@
+"""check-locality: TensorFlow's rules on who may change a variable, as trace-time errors that
+name the user's line. Runs after `insert-collectives` and `infer-locality`.
+
+- a mirrored variable updated in replica context with a per-replica value and no aggregation
+  (TensorFlow lets the copies drift apart; strategax refuses);
+- a mirrored variable assigned a per-replica value in cross-replica context;
+- `assign_add`/`assign_sub` of a SUM sync-on-read variable in cross-replica context;
+- a read of an aggregation-NONE sync-on-read variable in cross-replica context;
+- a variable updated inside `cond`/`while`/`scan` (not supported: use Python control flow).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..compiler.errors import DistributionRuntimeError, DistributionValueError
+from ..ir import Block, Locality, Module, Operation
+
+UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
+_AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
+            "all-reduce the value first (sx.get_replica_context().all_reduce), or update it in "
+            "cross-replica context (merge_call / extended.update)")
+
+
+def _where(op: Operation) -> tuple[str, int]:
+    return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
+
+
+def _check_op(op: Operation, decls: dict, nested: bool) -> None:
+    if not op.name.startswith("sx.var_") or "var" not in op.attrs:
+        return
+    decl = decls.get(op.attrs["var"].name)
+    if decl is None:
+        return
+    sync, agg, ctx = decl.attrs.get("sync"), decl.attrs.get("agg"), op.attrs.get("ctx")
+    name = f"@{decl.name}"
+    if op.name in UPDATES:
+        kind = op.name[len("sx.var_"):]
+        if nested:
+            raise DistributionRuntimeError(
+                f"{kind} of variable {name} inside lax.cond/while/scan is not supported",
+                "update variables outside the control-flow primitive (Python control flow is "
+                "traced away, so `if`/`for` work)", location=_where(op))
+        per_replica = op.operands[0].type.locality is Locality.PER_REPLICA
+        if sync == "on_write" and agg == "none" and ctx == "replica" and per_replica:
+            raise DistributionValueError(
+                f"{kind} of mirrored variable {name} (aggregation NONE) in replica context with a "
+                "value that differs across replicas: its copies would no longer be identical",
+                _AGG_FIX, location=_where(op))
+        if sync == "on_write" and ctx == "cross_replica" and per_replica:
+            raise DistributionValueError(
+                f"{kind} of a per-replica value to mirrored variable {name} in cross-replica context",
+                "reduce the value first (strategy.reduce / extended.reduce_to)", location=_where(op))
+        if sync == "on_read" and ctx == "cross_replica" and kind != "assign" and agg == "sum":
+            raise DistributionValueError(
+                f"{kind} of sync-on-read variable {name} (aggregation SUM) in cross-replica context",
+                "use assign (the value is divided among the replicas), or update it in strategy.run",
+                location=_where(op))
+    elif op.name == "sx.var_read" and sync == "on_read" and ctx == "cross_replica" and agg == "none":
+        raise DistributionValueError(
+            f"sync-on-read variable {name} has aggregation NONE and cannot be read in "
+            "cross-replica context", "give it aggregation SUM, MEAN or ONLY_FIRST_REPLICA",
+            location=_where(op))
+
+
+def check_block(block: Block, decls: dict, nested: bool = False) -> None:
+    for op in block.ops:
+        _check_op(op, decls, nested)
+        for region in op.regions:
+            check_block(region, decls, True)
+
+
+@dataclass(frozen=True)
+class CheckLocality:
+    """Raise, naming the user's line, where a variable rule of tf.distribute is broken."""
+
+    name: str = "check-locality"
+
+    def apply(self, module: Module) -> Module:
+        decls = {v.name: v for v in module.vars}
+        for f in module.funcs:
+            check_block(f.body, decls)
+        return module
