@@ -335,8 +335,12 @@ class _Parser:
 
     def parse_block_body(self, scope, terminator: str) -> tuple[list[Operation], list[Value]]:
         ops = []
-        while not self.peek(terminator):
-            if self.peek(kind="eof"):
+        toks = self.toks
+        while True:
+            kind, text, _ = toks[self.i]
+            if text == terminator and kind == "ident":
+                break
+            if kind == "eof":
                 raise self.error(f"expected {terminator!r} before end of input")
             ops.append(self.parse_op(scope))
         _, _, tpos = self.next()
@@ -370,23 +374,45 @@ class _Parser:
         return args
 
     def parse_op(self, scope) -> Operation:
-        start = self.toks[self.i][2]
+        toks, i = self.toks, self.i
+        start = toks[i][2]
         result_toks = []
-        if self.peek(kind="value"):
-            result_toks.append(self.next())
-            while self.accept(","):
-                result_toks.append(self.expect(kind="value"))
+        if toks[i][0] == "value":
+            result_toks.append(toks[i])
+            i += 1
+            while toks[i][1] == "," and toks[i][0] == "punct":
+                if toks[i + 1][0] != "value":
+                    self.i = i + 1
+                    self.expect(kind="value")
+                result_toks.append(toks[i + 1])
+                i += 2
+            self.i = i
             self.expect("=")
-        _, name, npos = self.expect(kind="ident")
+            i = self.i
+        kind, name, npos = toks[i]
+        if kind != "ident":
+            self.expect(kind="ident")
         opdef = lookup(name)
         if opdef is None:
             raise self.error(f"unknown op {name!r}", npos)
-        line = self.line_of(npos)
+        i += 1
         operands = []
-        if self.peek(kind="value") and self.line_of(self.toks[self.i][2]) == line:
-            operands.append(self.use(scope))
-            while self.accept(","):
-                operands.append(self.use(scope))
+        # operands sit on the op's line (a value on the next line starts the next op)
+        if toks[i][0] == "value" and self.text.find("\n", npos, toks[i][2]) < 0:
+            while True:
+                kind, text, pos = toks[i]
+                if kind != "value":
+                    self.i = i
+                    self.expect(kind="value")
+                v = scope.get(text[1:])
+                if v is None:
+                    raise self.error(f"use of undefined value {text}", pos)
+                operands.append(v)
+                i += 1
+                if toks[i][1] != "," or toks[i][0] != "punct":
+                    break
+                i += 1
+        self.i = i
         attrs = self.parse_attr_dict() if self.peek("{") else {}
         regions = []
         if self.accept("("):
