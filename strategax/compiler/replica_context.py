@@ -36,7 +36,7 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
-        pack = None if options is None else options.bytes_per_pack
+        pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: primitives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
 

@@ -25,23 +25,26 @@ PASSES: dict[str, str] = {
     "infer-locality": "strategax.passes.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
+    "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
+    "check-locality": "strategax.passes.check_locality:CheckLocality",
+    "central-storage": "strategax.passes.central_storage:CentralStorage",
     "canonicalize": "strategax.passes.canonicalize:Canonicalize",
     "cse": "strategax.passes.cse:CommonSubexpressionElimination",
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
-    "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
-    "check-locality": "strategax.passes.check_locality:CheckLocality",
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; localities are needed to check TensorFlow's rules and
 # to simplify collectives of mirrored values; cse then merges what simplification exposed;
 # shardings propagate before fusion, which must not pack values split over logical devices;
+# central-storage right after insert-collectives (a no-op except under CentralStorageStrategy)
+# so that every later pass sees its broadcasts and reductions like any other collective;
 # fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
 # dce removes what the rewrites orphaned.
-# Passes not registered (yet) are skipped, so the list can name them ahead of their arrival.
-_PIPELINE_ORDER = ("canonicalize", "dce", "insert-collectives", "infer-locality", "check-locality",
-                   "simplify-collectives", "cse", "propagate-sharding", "fuse-collectives", "dce")
-DEFAULT_PIPELINE: tuple[str, ...] = tuple(n for n in _PIPELINE_ORDER if n in PASSES)
+DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "insert-collectives", "central-storage",
+                                     "infer-locality",
+                                     "check-locality", "simplify-collectives", "cse",
+                                     "propagate-sharding", "fuse-collectives", "dce")
 
 
 class PassLookupError(KeyError, ValueError):

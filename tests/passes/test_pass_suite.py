@@ -32,28 +32,31 @@ def test_case(case: Case):
         return
     out = run_case(case)
     assert ir.print_module(ir.parse(out)) == out
-    check_output(case, out)
+    check_lines(out, case.checks)
 
 
-def check_output(case: Case, out: str) -> None:
-    """FileCheck's rules: each CHECK matches a line after the previous match; a CHECK-NOT must
-    not occur between the matches of the CHECKs around it (before the first, after the last)."""
+def check_lines(out: str, checks) -> None:
+    """FileCheck's rules, by substring: each CHECK matches a later line, in order; a CHECK-NOT
+    holds for the lines between the previous CHECK's match and the next one's (or the end)."""
     lines = out.splitlines()
     at, pending = 0, []
-    for kind, want in case.checks:
+
+    def assert_absent(upto: int) -> None:
+        for want in pending:
+            hit = next((ln for ln in lines[at:upto] if want in ln), None)
+            assert hit is None, f"CHECK-NOT {want!r} found in line {hit!r} of:\n{out}"
+        pending.clear()
+
+    for kind, want in checks:
         if kind == "CHECK-NOT":
             pending.append(want)
             continue
-        for j in range(at, len(lines)):
-            if want in lines[j]:
-                break
-        else:
+        j = next((j for j in range(at, len(lines)) if want in lines[j]), None)
+        if j is None:
             raise AssertionError(f"CHECK {want!r} not found (after output line {at}) in:\n{out}")
-        for bad in pending:
-            assert not any(bad in line for line in lines[at:j]), f"CHECK-NOT {bad!r} found before {want!r} in:\n{out}"
-        at, pending = j + 1, []
-    for bad in pending:
-        assert not any(bad in line for line in lines[at:]), f"CHECK-NOT {bad!r} found in:\n{out}"
+        assert_absent(j)
+        at = j + 1
+    assert_absent(len(lines))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c.path.stem}:{c.name}" for c in CASES])
