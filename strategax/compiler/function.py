@@ -15,7 +15,7 @@ from .. import ir
 from ..backends import Executable
 from ..ir import Locality, Module, TensorType
 from ..passes import default_pipeline
-from . import context
+from . import context, dump
 from .distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from .errors import DistributionTypeError
 from . import var_trace
@@ -206,7 +206,7 @@ class StrategyFunction:
         return compiled(sig)
 
     # --- tracing and compiling ------------------------------------------------------------
-    def _trace(self, sig: _Signature, snapshots: dict | None = None):
+    def _trace(self, sig: _Signature, snapshots: dict | None = None, timings: dict | None = None):
         strategy = self._strategy
         dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         types = [_leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
@@ -261,17 +261,23 @@ class StrategyFunction:
         module.vars = session.decls(out_info["variables"])
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
-        module = default_pipeline(snapshots=snapshots).run(module)
+        module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         return module, out_info["treedef"], out_info["plan"], out_info["variables"]
 
     def _compile(self, sig: _Signature) -> _Compiled:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
-        module, out_treedef, plan, variables = self._trace(sig)
-        executable = Executable(module, self._strategy._mesh)
-        compiled = _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
+        if dump.dump_dir() is None:
+            compiled = self._build(sig)
+        else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
+            compiled = dump.compile_dumped(self, sig, lambda snapshots, timings: self._build(sig, snapshots, timings))
         self._cache[sig.key] = compiled
         return compiled
+
+    def _build(self, sig: _Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
+        module, out_treedef, plan, variables = self._trace(sig, snapshots, timings)
+        executable = Executable(module, self._strategy._mesh)
+        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, _Signature]:
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)

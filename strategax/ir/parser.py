@@ -6,6 +6,7 @@ whitelists in `attributes`; nothing is evaluated. Every problem, syntax or meani
 """
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Any
 
@@ -17,20 +18,25 @@ from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
 from .sharding import KINDS as SHARDING_KINDS, Sharding
 from .types import DTYPES, Locality, TensorType
 from .values import Value
+from .verifier import verify_op_shape
 
 MAX_DEPTH = 100
 
+# Each match is the whitespace and comments before a token (consumed atomically), then the token.
 _TOKEN = re.compile(r"""
-   (?P<ws>[ \t\r\n]+|//[^\n]*)
- | (?P<value>%[A-Za-z0-9_.]+)
+ (?:[ \t\r\n]+|//[^\n]*)*+
+ (?:(?P<value>%[A-Za-z0-9_.]+)
  | (?P<symbol>@[A-Za-z0-9_.]+)
  | (?P<hash>\#[A-Za-z_][A-Za-z0-9_.]*)
  | (?P<number>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)|-inf)
  | (?P<string>"(?:[^"\\\n]|\\.)*")
+ | (?P<loc>loc\("(?:[^"\\\n]|\\.)*":\d+\))
+ | (?P<type>(?:DTYPE_NAMES)\[(?:\d+(?:,\d+)*)?\](?:\ (?:per_replica|mirrored)(?![A-Za-z0-9_.\-]))?)
  | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
  | (?P<punct>->|[{}()\[\],:=^<>])
  | (?P<bad>.)
-""", re.VERBOSE | re.DOTALL)
+ | (?P<eof>\Z))
+""".replace("DTYPE_NAMES", "|".join(sorted(DTYPES, key=len, reverse=True))), re.VERBOSE | re.DOTALL)
 _INT = re.compile(r"-?\d+\Z")
 _LOCALITIES = {loc.value: loc for loc in Locality}
 
@@ -57,16 +63,27 @@ def _lex(text: str, filename: str) -> list[tuple[str, str, int]]:
     append = tokens.append
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup
-        if kind == "ws":
-            continue
+        token = m.group(kind)
+        if kind == "eof":
+            break
         if kind == "bad":
-            raise ParseError(f"unexpected character {m.group()!r}", text, m.start(), filename)
-        append((kind, m.group(), m.start()))
+            raise ParseError(f"unexpected character {token!r}", text, m.end() - 1, filename)
+        append((kind, token, m.end() - len(token)))
     append(("eof", "", len(text)))
     return tokens
 
 
+def _whole_type(text: str) -> TensorType:
+    """A type token `f32[2,3]` or `f32[2,3] mirrored` (already checked by the lexer)."""
+    name, _, rest = text.partition("[")
+    dims, _, locality = rest.partition("]")
+    shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    return TensorType(shape, DTYPES[name], _LOCALITIES[locality.strip()] if locality else None)
+
+
 def _unescape(s: str) -> str:
+    if "\\" not in s:
+        return s[1:-1]
     out, i = [], 1
     while i < len(s) - 1:
         ch = s[i]
@@ -88,6 +105,9 @@ class _Parser:
     def __init__(self, text: str, filename: str, positions: dict[int, int] | None = None):
         self.text, self.filename, self.positions = text, filename, positions
         self.toks = _lex(text, filename)
+        self.line_starts = [m.end() for m in re.finditer("\n", text)]
+        self.types: dict[str, TensorType] = {}
+        self.locs: dict[str, Location] = {}
         self.i = 0
         self.depth = 0
 
@@ -120,7 +140,7 @@ class _Parser:
         return False
 
     def line_of(self, pos: int) -> int:
-        return self.text.count("\n", 0, pos)
+        return bisect.bisect_right(self.line_starts, pos)
 
     def enter(self):
         self.depth += 1
@@ -129,6 +149,13 @@ class _Parser:
 
     # --- types and attributes --------------------------------------------------------------
     def parse_type(self) -> TensorType:
+        kind, text, _ = self.toks[self.i]
+        if kind == "type":  # the common case, lexed whole: `f32[2,3] per_replica`
+            self.i += 1
+            ty = self.types.get(text)
+            if ty is None:
+                ty = self.types[text] = _whole_type(text)
+            return self.parse_type_suffix(ty)
         _, name, pos = self.expect(kind="ident")
         if name not in DTYPES:
             raise self.error(f"unknown dtype {name!r}", pos)
@@ -142,13 +169,20 @@ class _Parser:
             if not self.accept(","):
                 break
         self.expect("]")
-        locality = None
-        if self.peek(kind="ident") and self.toks[self.i][1] in _LOCALITIES:
-            locality = _LOCALITIES[self.next()[1]]
-        sharding = None
-        if self.peek(kind="ident") and self.toks[self.i][1] in SHARDING_KINDS:
-            sharding = self.parse_sharding()
-        return TensorType(tuple(dims), DTYPES[name], locality, sharding)
+        return self.parse_type_suffix(TensorType(tuple(dims), DTYPES[name]))
+
+    def parse_type_suffix(self, ty: TensorType) -> TensorType:
+        """The optional locality (unless the type token held it) and sharding after a type."""
+        kind, text, _ = self.toks[self.i]
+        if kind != "ident":
+            return ty
+        if ty.locality is None and text in _LOCALITIES:
+            self.i += 1
+            ty = ty.with_locality(_LOCALITIES[text])
+            kind, text, _ = self.toks[self.i]
+        if kind == "ident" and text in SHARDING_KINDS:
+            ty = ty.with_sharding(self.parse_sharding())
+        return ty
 
     def parse_sharding(self) -> Sharding:
         """`split[{}, {l0, l1}]`, `replicated` or `device[3]`."""
@@ -301,8 +335,12 @@ class _Parser:
 
     def parse_block_body(self, scope, terminator: str) -> tuple[list[Operation], list[Value]]:
         ops = []
-        while not self.peek(terminator):
-            if self.peek(kind="eof"):
+        toks = self.toks
+        while True:
+            kind, text, _ = toks[self.i]
+            if text == terminator and kind == "ident":
+                break
+            if kind == "eof":
                 raise self.error(f"expected {terminator!r} before end of input")
             ops.append(self.parse_op(scope))
         _, _, tpos = self.next()
@@ -336,23 +374,45 @@ class _Parser:
         return args
 
     def parse_op(self, scope) -> Operation:
-        start = self.toks[self.i][2]
+        toks, i = self.toks, self.i
+        start = toks[i][2]
         result_toks = []
-        if self.peek(kind="value"):
-            result_toks.append(self.next())
-            while self.accept(","):
-                result_toks.append(self.expect(kind="value"))
+        if toks[i][0] == "value":
+            result_toks.append(toks[i])
+            i += 1
+            while toks[i][1] == "," and toks[i][0] == "punct":
+                if toks[i + 1][0] != "value":
+                    self.i = i + 1
+                    self.expect(kind="value")
+                result_toks.append(toks[i + 1])
+                i += 2
+            self.i = i
             self.expect("=")
-        _, name, npos = self.expect(kind="ident")
+            i = self.i
+        kind, name, npos = toks[i]
+        if kind != "ident":
+            self.expect(kind="ident")
         opdef = lookup(name)
         if opdef is None:
             raise self.error(f"unknown op {name!r}", npos)
-        line = self.line_of(npos)
+        i += 1
         operands = []
-        if self.peek(kind="value") and self.line_of(self.toks[self.i][2]) == line:
-            operands.append(self.use(scope))
-            while self.accept(","):
-                operands.append(self.use(scope))
+        # operands sit on the op's line (a value on the next line starts the next op)
+        if toks[i][0] == "value" and self.text.find("\n", npos, toks[i][2]) < 0:
+            while True:
+                kind, text, pos = toks[i]
+                if kind != "value":
+                    self.i = i
+                    self.expect(kind="value")
+                v = scope.get(text[1:])
+                if v is None:
+                    raise self.error(f"use of undefined value {text}", pos)
+                operands.append(v)
+                i += 1
+                if toks[i][1] != "," or toks[i][0] != "punct":
+                    break
+                i += 1
+        self.i = i
         attrs = self.parse_attr_dict() if self.peek("{") else {}
         regions = []
         if self.accept("("):
@@ -372,7 +432,14 @@ class _Parser:
                 self.expect(",")
                 types.append(self.parse_type())
         loc = None
-        if self.peek("loc") and self.toks[self.i + 1][1] == "(":
+        kind, text, _ = self.toks[self.i]
+        if kind == "loc":  # the common case, lexed whole: `loc("train.py":18)`
+            self.i += 1
+            loc = self.locs.get(text)
+            if loc is None:
+                file, _, ln = text[4:-1].rpartition(":")
+                loc = self.locs[text] = Location(_unescape(file), int(ln))
+        elif text == "loc" and kind == "ident" and self.toks[self.i + 1][1] == "(":
             self.next()
             self.next()
             file = _unescape(self.expect(kind="string")[1])
@@ -386,8 +453,6 @@ class _Parser:
         op = Operation(name, operands, results, attrs, regions, loc)
         if self.positions is not None:
             self.positions[id(op)] = start
-        from .verifier import verify_op_shape
-
         problem = verify_op_shape(op, opdef)
         if problem:
             raise self.error(f"{name}: {problem}", start)

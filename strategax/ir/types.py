@@ -70,10 +70,10 @@ class TensorType:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
     def with_locality(self, locality: Locality | None) -> "TensorType":
-        return TensorType(self.shape, self.dtype, locality, self.sharding)
+        return _copy(self, self.shape, self.dtype, locality, self.sharding)
 
     def with_sharding(self, sharding: "Sharding | None") -> "TensorType":
-        return TensorType(self.shape, self.dtype, self.locality, sharding)
+        return _copy(self, self.shape, self.dtype, self.locality, sharding)
 
     def same_tensor(self, other: "TensorType") -> bool:
         """Same shape and dtype, ignoring locality."""
@@ -88,3 +88,11 @@ class TensorType:
     def of(cls, aval, locality: Locality | None = None) -> "TensorType":
         """From anything with `.shape` and `.dtype` (a JAX aval, an array)."""
         return cls(tuple(aval.shape), aval.dtype, locality)
+
+
+def _copy(like: TensorType, shape, dtype, locality, sharding) -> TensorType:
+    """A TensorType from already-normalised fields (passes make many; skips __post_init__)."""
+    t = object.__new__(TensorType)
+    d = t.__dict__
+    d["shape"], d["dtype"], d["locality"], d["sharding"] = shape, dtype, locality, sharding
+    return t

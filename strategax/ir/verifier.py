@@ -20,19 +20,15 @@ def _error(module: Module, op: Operation, message: str) -> VerifyError:
 
 def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:
     """Arity, attributes and the op's own check; an error message or None."""
-    def count(kind: str, want: int | None, got: int) -> str | None:
+    for kind, want, got in (("operands", opdef.num_operands, len(op.operands)),
+                            ("results", opdef.num_results, len(op.results)),
+                            ("regions", opdef.num_regions, len(op.regions))):
         if want is not None and want != got:
             return f"expects {want} {kind}, has {got}"
-        return None
-
-    problem = (count("operands", opdef.num_operands, len(op.operands))
-               or count("results", opdef.num_results, len(op.results))
-               or count("regions", opdef.num_regions, len(op.regions)))
-    if problem:
-        return problem
-    missing = [a for a in opdef.attrs if a not in op.attrs]
-    if missing:
-        return f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if opdef.attrs:
+        missing = [a for a in opdef.attrs if a not in op.attrs]
+        if missing:
+            return f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
     if opdef.verify is not None:
         return opdef.verify(op)
     return None

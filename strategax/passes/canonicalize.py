@@ -15,6 +15,9 @@ from .rewrite import all_blocks, replace_uses
 
 # op -> (splat constant that makes it an identity, which operand positions it may sit in)
 _NEUTRAL = {"jax.add": (0, (0, 1)), "jax.sub": (0, (1,)), "jax.mul": (1, (0, 1)), "jax.div": (1, (1,))}
+_IDENTITIES = {"jax.copy", "jax.copy_p", "jax.optimization_barrier", "jax.convert_element_type",
+               "jax.reshape", "jax.transpose", "jax.broadcast_in_dim", "jax.squeeze"}
+_CANDIDATES = _IDENTITIES | set(_NEUTRAL)
 
 
 def _identity_of(op: Operation, constants: dict[int, np.ndarray]) -> Value | None:
@@ -60,7 +63,7 @@ def canonicalize_block(block: Block) -> None:
             op.operands = [mapping.get(id(v), v) for v in op.operands]
         if op.name == "sx.constant":
             constants[id(op.result)] = op.attrs["value"]
-        same = _identity_of(op, constants)
+        same = _identity_of(op, constants) if op.name in _CANDIDATES else None
         if same is not None:
             mapping[id(op.result)] = same
             continue
@@ -68,8 +71,8 @@ def canonicalize_block(block: Block) -> None:
             inner = producer.get(id(op.operands[0]))
             if inner is not None and inner.name == "jax.reshape" and inner.attrs.get("dimensions") is None:
                 op.operands = [inner.operands[0]]
-        for r in op.results:
-            producer[id(r)] = op
+        if op.name == "jax.reshape":
+            producer[id(op.result)] = op
         kept.append(op)
     block.ops[:] = kept
     replace_uses(block, mapping)

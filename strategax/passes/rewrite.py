@@ -100,7 +100,12 @@ def freeze(value: Any) -> Any:
 
 def op_key(op: Operation) -> tuple:
     """Two ops with equal keys compute the same values (for ops without regions or effects)."""
-    return (op.name, tuple(map(id, op.operands)), freeze(op.attrs),
+    attrs = tuple(op.attrs.items())
+    try:
+        hash(attrs)  # plain literals (the common case) hash as they are
+    except TypeError:
+        attrs = freeze(op.attrs)
+    return (op.name, tuple(map(id, op.operands)), attrs,
             tuple((r.type.shape, r.type.dtype) for r in op.results))
 
 

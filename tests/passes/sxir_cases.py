@@ -1,7 +1,8 @@
 """Reads the pass suite's `.sxir` files: cases separated by `// -----`, each with
 `// CASE: name: intent`, `// RUN: <strategax-opt arguments>`, the input module, then
-`// CHECK: s` (in order, each on a later output line), `// CHECK-NOT: s` (nowhere in the
-output) or `// EXPECT-ERROR: s` (running fails with a message containing s)."""
+`// CHECK: s` (in order, each on a later output line), `// CHECK-NOT: s` (not between the
+matches of the CHECKs around it, as in LLVM's FileCheck) or `// EXPECT-ERROR: s` (running
+fails with a message containing s)."""
 from __future__ import annotations
 
 import re

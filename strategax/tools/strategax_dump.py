@@ -1,0 +1,41 @@
+"""`strategax-dump [--out DIR] SCRIPT.py [ARGS...]`: run a script and write, for every function
+it compiles, the IR before and after each pass, the lowered StableHLO, the compiled HLO,
+`summary.txt` and a DOT graph (see `strategax.compiler.dump`)."""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ..compiler.dump import ENV
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="strategax-dump", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="strategax-dump", help="folder to write (default ./strategax-dump)")
+    ap.add_argument("script", help="the Python script to run")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ[ENV] = str(out)
+    sys.argv = [args.script, *args.args]
+    sys.path.insert(0, str(Path(args.script).resolve().parent))
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except FileNotFoundError as e:
+        print(f"strategax-dump: error: {e}", file=sys.stderr)
+        return 1
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            return e.code if isinstance(e.code, int) else 1
+    folders = sorted(p.name for p in out.iterdir() if p.is_dir())
+    print(f"strategax-dump: {len(folders)} compiled function(s) written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
