@@ -77,6 +77,10 @@ def _primitive(name: str, multiple_results: bool = False) -> Primitive:
 
 var_read_p = _primitive("sx.var_read")
 var_read_p.def_abstract_eval(lambda *, var, ctx, sync: session().aval(var))
+# The read's type comes from the trace's session, not from its parameters: stop JAX from
+# caching it by parameters (two programs whose variables share a symbol name, e.g. two
+# optimizers' slots, would otherwise get the first program's shapes).
+var_read_p.ref_allocating = True
 
 UPDATE_PRIMITIVES = {kind: _primitive(f"sx.var_{kind}", multiple_results=True)
                      for kind in ("assign", "assign_add", "assign_sub")}
