@@ -7,6 +7,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -31,11 +32,12 @@ def ir_round_trip(request):
 
     def recording(self, sig):
         args = [np.asarray(a) if not isinstance(a, jax.Array) else a for a in self.global_args(sig)]
-        host_args = [jax.device_get(a) for a in args]
-        # run on copies: variable buffers are donated, and the real call below still needs them
+        # Variable buffers (the last inputs) are donated: record and run on device copies, so
+        # the real call below still has them (and no host view pins them against donation).
         first_var = len(args) - getattr(self, "num_vars", 0)
-        copies = args[:first_var] + [jax.device_put(h, a.sharding)
-                                     for h, a in zip(host_args[first_var:], args[first_var:])]
+        copies = args[:first_var] + [jnp.array(a, copy=True) for a in args[first_var:]]
+        host_args = [jax.device_get(a) for a in args[:first_var]] + [
+            np.array(jax.device_get(jnp.array(a, copy=True))) for a in args[first_var:]]
         outs = self.executable(*copies)
         records.append((self, host_args, [np.asarray(o) for o in jax.device_get(outs)]))
         return original(self, sig)

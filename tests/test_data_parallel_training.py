@@ -58,4 +58,5 @@ def test_eight_replicas_match_one_device_adam():
     assert isinstance(sx_params["w1"], sx.Mirrored)
     assert len(step._cache) == 1  # plain arrays and Mirrored parameters share one program
     stats = step.stats(sx_params, sx_state, batch)
-    assert stats.count == 5  # 4 gradient leaves + the loss reduction
+    # 4 gradient leaves + the loss reduction, packed into one bucket (bytes_per_pack=0)
+    assert stats.count == 1 and len(stats.collectives[0].members) == 5

@@ -100,9 +100,12 @@ def test_mlp_20_steps_on_8_replicas_matches_one_device(reference):
     assert_params(variables, ref_params[-1])
     assert int(optimizer.iterations.numpy()) == STEPS
     assert len(train_step._cache) == 1  # one trace, one executable
-    text = train_step.ir(x, y)
-    reduces = [line for line in text.splitlines() if "sx.all_reduce" in line]
+    text = train_step.ir(x, y, stage="insert-collectives")
+    reduces = [line for line in text.splitlines() if "sx.all_reduce " in line]
     assert len(reduces) == len(NAMES) + 1, text  # one per gradient (batch_reduce_to) + the loss
+    final = train_step.ir(x, y)  # fuse-collectives packs them: one bucket (bytes_per_pack=0)
+    assert [line for line in final.splitlines() if "sx.all_reduce" in line] == [
+        line for line in final.splitlines() if "sx.all_reduce_bucket" in line], final
 
 
 def test_checkpoint_restored_on_4_replicas_continues(tmp_path, reference):

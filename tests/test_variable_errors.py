@@ -137,3 +137,16 @@ def test_variable_update_inside_lax_cond_is_unsupported():
     with pytest.raises(RuntimeError) as err:
         st.run(fn)
     assert_names_line(err, line)
+
+
+def test_merge_fn_returning_a_per_replica_value_from_outside():
+    # Intent: merge_fn's PerReplica results give replica i component i (API.md, TF 2.21); one
+    # that this program did not compute (captured from outside) cannot, and raises at the call.
+    st = strategy2()
+    outside = st.experimental_distribute_values_from_function(lambda ctx: float(ctx.replica_id_in_sync_group))
+    line = here() + 2
+    def fn():
+        return sx.get_replica_context().merge_call(lambda s: outside)
+    with pytest.raises(RuntimeError) as err:
+        st.run(fn)
+    assert_names_line(err, line)

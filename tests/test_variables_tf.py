@@ -65,8 +65,10 @@ def mirrored(n):
 @pytest.mark.parametrize("agg", AGGS)
 @pytest.mark.parametrize("sync", SYNCS)
 def test_update_in_replica_context(sync, agg, n):
-    # Intent: assign/assign_add/assign_sub inside strategy.run give TF's per-replica results and copies.
+    # Intent: assign/assign_add/assign_sub inside strategy.run give TF's per-replica results and
+    # copies. All cases of one sync x aggregation run in one compiled step (one variable each).
     strategy = mirrored(n)
+    cases = {}
     for key, rec in RECORDED[f"replica_{sync}_{agg}_r{n}"]["result"].items():
         shape, rest = key.split("_", 1)
         op, kind = rest.rsplit("_", 1)
@@ -74,24 +76,26 @@ def test_update_in_replica_context(sync, agg, n):
         assert type(var).__name__ == rec["variable"]["type"]
         assert var.synchronization.name == rec["variable"]["synchronization"]
         assert_values(var, rec["before"]["values"])
+        cases[key] = (shape, op, kind, var, rec)
 
-        @strategy.function
-        def step():
-            def fn():
-                ret = getattr(var, op)(delta(shape, kind))
-                return {"returned": ret, "read": var.read_value()}
-            return strategy.run(fn)
+    def replica_fn(keys):
+        out = {}
+        for key in keys:
+            shape, op, kind, var, _ = cases[key]
+            out[key] = {"returned": getattr(var, op)(delta(shape, kind)), "read": var.read_value()}
+        return out
 
-        drifts = sync != "on_read" and agg == "none" and kind == "rid"
-        if drifts:  # the deliberate difference: TF lets the mirrored copies drift apart
-            with pytest.raises(ValueError, match="differs across replicas"):
-                step()
-            assert_values(var, rec["before"]["values"])
-            continue
-        out = step()
+    step = strategy.function(lambda keys: strategy.run(replica_fn, args=(keys,)))
+    drifting = tuple(k for k, c in cases.items() if sync != "on_read" and agg == "none" and c[2] == "rid")
+    for key in drifting:  # the deliberate difference: TF lets the mirrored copies drift apart
+        with pytest.raises(ValueError, match="differs across replicas"):
+            step((key,))
+        assert_values(cases[key][3], cases[key][4]["before"]["values"])
+    out = step(tuple(k for k in cases if k not in drifting))
+    for key, got in out.items():
+        var, rec = cases[key][3], cases[key][4]
         for name, want in (("returned", rec["returned_per_replica"]), ("read", rec["read_in_replica_after"])):
-            got = strategy.experimental_local_results(out[name])
-            for g, w in zip(got, want):
+            for g, w in zip(strategy.experimental_local_results(got[name]), want):
                 np.testing.assert_allclose(np.asarray(g), tensor(w), rtol=1e-6, err_msg=f"{key} {name}")
         assert_values(var, rec["after"]["values"])
         assert_read(var, rec["after"]["read_value"])

@@ -36,8 +36,9 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
+        pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
-            lambda x: primitives.all_reduce(x, op, "ReplicaContext.all_reduce"), value)
+            lambda x: primitives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
         """Every replica gets all replicas' values concatenated along `axis`."""

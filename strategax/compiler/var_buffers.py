@@ -20,11 +20,12 @@ class VarBuffer:
         self.layout = None if strategy is None else ReplicaLayout(strategy._mesh, var._ir_type())
         with jax.ensure_compile_time_eval():  # a variable may be created while a program is traced
             if self.layout is None:
-                self.array = initial
+                self.array = jnp.array(initial, copy=True)
             elif self.layout.per_replica:
-                self.array = self.layout.assemble([initial] * self.layout.num_replicas)
+                self.array = self.layout.assemble([np.asarray(initial)] * self.layout.num_replicas)
             else:
-                self.array = jax.device_put(initial, self.layout.sharding)
+                # a copy first: device_put may alias the source's buffer, and ours is donated
+                self.array = jax.device_put(jnp.array(initial, copy=True), self.layout.sharding)
 
     # --- compiled programs ---------------------------------------------------------------
     def argument(self, layout: ReplicaLayout) -> jax.Array:

@@ -1,5 +1,5 @@
 """The strategax IR: typed SSA values with locality, ops, text printer/parser, verifier."""
-from . import control_flow, logical_ops, sx_dialect, var_dialect  # noqa: F401  (declare the ops)
+from . import control_flow, logical_ops, sx_bucket, sx_dialect, var_dialect  # noqa: F401  (declare the ops)
 from .attributes import ENUMS, RECORDS
 from .opdefs import LOWERINGS, OP_DEFS, REFERENCE, OpDef, declare, lookup, register_primitive
 from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl

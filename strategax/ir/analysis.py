@@ -24,6 +24,7 @@ class CollectiveInfo:
     repeats: int
     reason: str
     location: str
+    members: tuple[tuple[str, str, int], ...] = ()  # a bucket's tensors: (reason, location, bytes)
 
 
 @dataclass
@@ -40,11 +41,13 @@ class CollectiveStats:
         return sum(c.bytes_moved for c in self.collectives)
 
     def table(self) -> str:
-        rows = [f"{'op':<15} {'kind':<6} {'type':<20} {'bytes moved':>12}  reason @ location"]
+        rows = [f"{'op':<20} {'kind':<6} {'type':<20} {'bytes moved':>12}  reason @ location"]
         for c in self.collectives:
             ty = f"{c.dtype}{list(c.shape)}".replace(" ", "")
             rep = f" x{c.repeats}" if c.repeats != 1 else ""
-            rows.append(f"{c.op:<15} {c.kind:<6} {ty:<20} {c.bytes_moved:>12}  {c.reason}{rep} @ {c.location}")
+            rows.append(f"{c.op:<20} {c.kind:<6} {ty:<20} {c.bytes_moved:>12}  {c.reason}{rep} @ {c.location}")
+            for k, (reason, loc, nbytes) in enumerate(c.members):
+                rows.append(f"{'':<20}   [{k}] {nbytes:>8} bytes  {reason} @ {loc}")
         rows.append(f"{self.count} collective(s), {self.bytes_per_replica} bytes moved per replica per step "
                     f"({self.num_replicas} replicas)")
         return "\n".join(rows)
@@ -71,10 +74,16 @@ def collective_stats(module: Module) -> CollectiveStats:
             if opdef is not None and opdef.is_collective:
                 t = op.results[0].type
                 nbytes = sum(r.type.nbytes for r in op.results)
+                shape, members = t.shape, ()
+                if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
+                    shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
+                    reasons = op.attrs.get("reasons") or [""] * len(op.results)
+                    locs = op.attrs.get("locs") or ["?"] * len(op.results)
+                    members = tuple(zip(reasons, locs, (r.type.nbytes for r in op.results)))
                 stats.collectives.append(CollectiveInfo(
-                    op.name, op.attrs.get("op", "gather"), t.dtype.name, t.shape, nbytes,
+                    op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name, shape, nbytes,
                     _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
-                    str(op.loc) if op.loc else "?"))
+                    str(op.loc) if op.loc else "?", members))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats
             for region in op.regions:
                 walk(region, inner)

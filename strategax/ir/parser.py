@@ -85,8 +85,8 @@ def _unescape(s: str) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str, filename: str):
-        self.text, self.filename = text, filename
+    def __init__(self, text: str, filename: str, positions: dict[int, int] | None = None):
+        self.text, self.filename, self.positions = text, filename, positions
         self.toks = _lex(text, filename)
         self.i = 0
         self.depth = 0
@@ -384,6 +384,8 @@ class _Parser:
             loc = Location(file, int(ln))
         results = [self.define(scope, t, ty) for t, ty in zip(result_toks, types)]
         op = Operation(name, operands, results, attrs, regions, loc)
+        if self.positions is not None:
+            self.positions[id(op)] = start
         from .verifier import verify_op_shape
 
         problem = verify_op_shape(op, opdef)
@@ -451,11 +453,13 @@ class _Parser:
         return m
 
 
-def parse(text: str, filename: str = "<string>") -> Module:
-    """Parse IR text into a Module; raises ParseError (with line and column) on bad input."""
+def parse(text: str, filename: str = "<string>", positions: dict[int, int] | None = None) -> Module:
+    """Parse IR text into a Module; raises ParseError (with line and column) on bad input.
+
+    `positions`, when given, receives id(op) -> offset of the op in `text` (for diagnostics)."""
     if not isinstance(text, str):
         raise TypeError(f"parse() takes IR text (str), not {type(text).__name__}")
     try:
-        return _Parser(text, filename).parse_module()
+        return _Parser(text, filename, positions).parse_module()
     except RecursionError:
         raise ParseError("input nests too deeply", text, 0, filename) from None

@@ -7,7 +7,15 @@ from .ops import Block, Module, Operation, SymbolRef
 
 
 class VerifyError(ValueError):
-    """A malformed module; the message reprints the IR around the bad op."""
+    """A malformed module; the message reprints the IR around the bad op (kept as `.op`)."""
+
+    op: Operation | None = None
+
+
+def _error(module: Module, op: Operation, message: str) -> VerifyError:
+    e = VerifyError(_excerpt(module, op, message))
+    e.op = op
+    return e
 
 
 def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:
@@ -73,12 +81,12 @@ def verify(module: Module) -> None:
                 if problem is None and isinstance(val, SymbolRef) and val.name not in symbols:
                     problem = f"attribute {key} refers to unknown symbol @{val.name}"
             if problem:
-                raise VerifyError(_excerpt(module, op, f"{op.name}: {problem}"))
+                raise _error(module, op, f"{op.name}: {problem}")
             for region in op.regions:
                 check_block(region)
             for r in op.results:
                 if id(r) in defined:
-                    raise VerifyError(_excerpt(module, op, f"{op.name}: result defined twice"))
+                    raise _error(module, op, f"{op.name}: result defined twice")
                 defined.add(id(r))
         for v in block.results:
             if id(v) not in defined:

@@ -27,16 +27,34 @@ PASSES: dict[str, str] = {
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
     "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
     "check-locality": "strategax.passes.check_locality:CheckLocality",
+    "canonicalize": "strategax.passes.canonicalize:Canonicalize",
+    "cse": "strategax.passes.cse:CommonSubexpressionElimination",
+    "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
+    "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
 }
-DEFAULT_PIPELINE: tuple[str, ...] = ("dce", "insert-collectives", "infer-locality", "check-locality",
-                                     "propagate-sharding")
+# Why this order: fold identities first so every later pattern sees one form; drop dead code
+# before collectives are inserted for it; localities are needed to check TensorFlow's rules and
+# to simplify collectives of mirrored values; cse then merges what simplification exposed;
+# shardings propagate before fusion, which must not pack values split over logical devices;
+# fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
+# dce removes what the rewrites orphaned.
+DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "insert-collectives", "infer-locality",
+                                     "check-locality", "simplify-collectives", "cse",
+                                     "propagate-sharding", "fuse-collectives", "dce")
+
+
+class PassLookupError(KeyError, ValueError):
+    """No pass is registered under that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def get_pass(name: str, **options) -> Pass:
     """Instantiate the pass registered as `name` with `options`."""
     target = PASSES.get(name)
     if target is None:
-        raise KeyError(f"unknown pass {name!r}; known passes: {', '.join(sorted(PASSES))}")
+        raise PassLookupError(f"unknown pass {name!r}; known passes: {', '.join(sorted(PASSES))}")
     module_name, cls_name = target.split(":")
     cls = getattr(importlib.import_module(module_name), cls_name)
     return cls(**options)
@@ -67,13 +85,67 @@ class PassManager:
                     verify(module)
                 except VerifyError as e:
                     before = ", ".join(done[:-1]) or "none"
-                    raise PassFailure(f"after pass {p.name!r} (passes before it: {before}): {e}") from None
+                    failure = PassFailure(f"after pass {p.name!r} (passes before it: {before}): {e}")
+                    failure.op = e.op
+                    raise failure from None
             if self.snapshots is not None:
-                self.snapshots[p.name] = print_module(module)
+                stage = p.name if p.name not in self.snapshots else f"{p.name}#{done.count(p.name)}"
+                self.snapshots[stage] = print_module(module)
             if self.print_after_all:
                 self.printer(f"// -----// IR after {p.name} //----- //\n{print_module(module)}")
         return module
 
 
 def default_pipeline(**kwargs) -> PassManager:
+    """A PassManager running DEFAULT_PIPELINE."""
     return PassManager([get_pass(n) for n in DEFAULT_PIPELINE], **kwargs)
+
+
+def _option_value(text: str):
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text.strip('"')
+
+
+def parse_pipeline(spec: str) -> list[Pass]:
+    """Passes from `a,b{opt=1,other=x},c`; `default` stands for DEFAULT_PIPELINE.
+
+    Raises ValueError for unknown passes, unknown options or unbalanced braces."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(spec + ","):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced '}}' in pass pipeline {spec!r}")
+        elif ch == "," and depth == 0:
+            if spec[start:i].strip():
+                items.append(spec[start:i].strip())
+            start = i + 1
+    if depth:
+        raise ValueError(f"unbalanced '{{' in pass pipeline {spec!r}")
+    passes: list[Pass] = []
+    for item in items:
+        name, _, rest = item.partition("{")
+        name = name.strip()
+        if name == "default" and not rest:
+            passes.extend(get_pass(n) for n in DEFAULT_PIPELINE)
+            continue
+        options = {}
+        for pair in filter(None, (x.strip() for x in rest.rstrip("}").split(","))):
+            key, eq, value = pair.partition("=")
+            if not eq:
+                raise ValueError(f"pass option {pair!r} is not `name=value`")
+            options[key.strip().replace("-", "_")] = _option_value(value)
+        try:
+            passes.append(get_pass(name, **options))
+        except TypeError:
+            raise ValueError(f"pass {name!r} has no option(s) {', '.join(options)}") from None
+    return passes

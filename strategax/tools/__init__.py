@@ -1,0 +1,1 @@
+"""Command-line tools: `strategax-opt` (run passes on IR text) and `strategax-dump`."""
