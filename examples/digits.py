@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
         epoch.assign(e + 1)
         checkpoint.save(args.ckpt_dir)
         if e == start:
-            print("collectives in one training step:", train_step.stats(batch))
+            print(f"collectives in one training step:\n{train_step.stats(batch)}")
     correct = sum(float(eval_step(batch)) for batch in test_data)
     accuracy = correct / len(x_test)
     print(f"held-out accuracy after {int(epoch.numpy())} epochs: {accuracy:.2%}")
