@@ -33,6 +33,16 @@ class ReplicaLayout:
         """The devices of each replica (one, or its logical devices), in replica order."""
         return [list(row) for row in self.mesh.devices.reshape(self.num_replicas, -1)]
 
+    @cached_property
+    def local_replica_devices(self) -> list[list]:
+        """The devices of this process's replicas (all of them unless several processes share the mesh)."""
+        me = jax.process_index()
+        return [row for row in self.replica_devices if row[0].process_index == me]
+
+    @property
+    def num_local_replicas(self) -> int:
+        return len(self.local_replica_devices)
+
     @property
     def per_replica(self) -> bool:
         return self.type.locality is Locality.PER_REPLICA
@@ -91,10 +101,12 @@ class ReplicaLayout:
         return tuple(s.data for s in shards)
 
     def assemble(self, components: Sequence) -> jax.Array:
-        """A global array from one component per replica (no copy for pieces already placed)."""
+        """A global array from one component per replica (no copy for pieces already placed);
+        in a multi-process job, one component per replica of this process."""
         pieces = []
         want = (1,) if self.stacked else self.type.shape
-        for comp, row in zip(components, self.replica_devices):
+        rows = self.replica_devices if len(components) == self.num_replicas else self.local_replica_devices
+        for comp, row in zip(components, rows):
             for dev in row:  # a replica of several logical devices holds a copy on each
                 piece = comp
                 if not (isinstance(piece, jax.Array) and piece.committed and piece.devices() == {dev}):

@@ -57,7 +57,7 @@ class DistributedValues:
     @property
     def _num_components(self) -> int:
         if self._global is not None and self._values is None:
-            return self._global[1].num_replicas
+            return self._global[1].num_local_replicas
         return len(self.values)
 
     # --- not an array -------------------------------------------------------------------
@@ -146,17 +146,20 @@ def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> 
     return jax.tree_util.tree_unflatten(treedefs[0], grouped)
 
 
-def check_components(value: DistributedValues, num_replicas: int) -> None:
-    """A distributed value given to a strategy must have one component per replica."""
+def check_components(value: DistributedValues, num_replicas: int, num_local: int | None = None) -> None:
+    """A distributed value given to a strategy must have one component per replica (per local
+    replica, `num_local`, in a multi-process job)."""
     if value._global is not None:
         n = value._global[1].num_replicas
         if n == num_replicas:
             return
     n = value._num_components
-    if n != num_replicas:
+    expected = num_replicas if num_local is None or num_local == num_replicas else num_local
+    if n != expected:
+        where = "" if expected == num_replicas else " on this worker"
         raise DistributionValueError(
             f"this {type(value).__name__} has {n} components but the strategy has "
-            f"{num_replicas} replicas",
+            f"{expected} replicas{where}",
             "build it with one value per replica (strategy.experimental_distribute_values_"
             "from_function does this for you)")
     if value._values is not None:

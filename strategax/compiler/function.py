@@ -71,7 +71,7 @@ def _dtype_of(x) -> np.dtype:
     return np.dtype(jnp.result_type(x))
 
 
-def _distributed_key(x: DistributedValues, num_replicas: int) -> tuple:
+def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | None = None) -> tuple:
     if x._local is not None:
         raise DistributionTypeError(
             "a traced distributed value was passed into a separately compiled function",
@@ -79,15 +79,16 @@ def _distributed_key(x: DistributedValues, num_replicas: int) -> tuple:
     kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
     g = x._global
     if g is None or g[1].num_replicas != num_replicas:
-        check_components(x, num_replicas)
+        check_components(x, num_replicas, num_local)
         t = _leaf_type(x, kind)
     else:
         t = g[1].type
     return kind, (kind, t.shape, t.dtype)
 
 
-def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
-    """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves."""
+def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | None = None) -> _Signature:
+    """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves;
+    `num_local` is the replicas this process feeds (fewer than all in a multi-process job)."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
     kinds, key, batch = [], [treedef], None
     for x in leaves:
@@ -99,8 +100,8 @@ def signature(args: tuple, kwargs: dict, num_replicas: int) -> _Signature:
             key.append((kind, type(x), x))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
-                return signature(*_expand((args, kwargs)), num_replicas)
-            kind, k = _distributed_key(x, num_replicas)
+                return signature(*_expand((args, kwargs)), num_replicas, num_local)
+            kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
                 batch = x
@@ -162,7 +163,7 @@ class _Compiled:
         return out
 
     def __call__(self, sig: _Signature):
-        outs = self.executable(*self.global_args(sig))
+        outs = self.strategy._execute(self.executable, self.global_args(sig))
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)
@@ -201,7 +202,7 @@ class StrategyFunction:
     def __call__(self, *args, **kwargs):
         if context.is_tracing():
             return self._fn(*args, **kwargs)
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
         compiled = self._cache.get(sig.key)
         if compiled is None:
             compiled = self._compile(sig)
@@ -275,13 +276,13 @@ class StrategyFunction:
         return compiled
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, _Signature]:
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
         return self._cache.get(sig.key) or self._compile(sig), sig
 
     # --- inspection -----------------------------------------------------------------------
     def ir(self, *args, stage: str = "final", **kwargs) -> str:
         """The IR text for these arguments: "traced", a pass name, or "final" (default)."""
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
         if stage == "final":
             return ir.print_module(self._specialization(args, kwargs)[0].module)
         snapshots: dict[str, str] = {}

@@ -14,6 +14,17 @@ from .distributed_values import PerReplica
 from .input_mask import PerReplicaBatch
 
 
+def put(hosts: list[np.ndarray], shardings: list) -> list[jax.Array]:
+    """Global host arrays onto their shardings. Over several processes (a multi-worker job,
+    every worker holding the same global batch) each process fills only its own shards:
+    `jax.device_put` would check equality with a cross-process collective, which can
+    deadlock against a step running at the same time on another thread."""
+    if all(s.is_fully_addressable for s in shardings):
+        return jax.device_put(hosts, shardings)
+    return [jax.make_array_from_callback(h.shape, s, lambda index, h=h: h[index])
+            for h, s in zip(hosts, shardings)]
+
+
 def _canonical(x: np.ndarray) -> np.ndarray:
     """`x` in the dtype JAX would give it (float64 becomes float32 unless x64 is enabled)."""
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
@@ -56,7 +67,7 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
     hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
     if counts is None:
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
-        arrays = jax.device_put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
+        arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
         out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
     else:
         out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
@@ -73,7 +84,7 @@ def place_counts(mesh, counts: Sequence[int]) -> PerReplica:
     if hit is not None and hit[0] is mesh:
         return hit[1]
     lay = _layout(mesh, (), np.int32)
-    value = PerReplica._from_global(jax.device_put(np.asarray(counts, np.int32), lay.sharding), lay)
+    value = PerReplica._from_global(put([np.asarray(counts, np.int32)], [lay.sharding])[0], lay)
     if len(_COUNTS) > 256:
         _COUNTS.clear()
     _COUNTS[key] = (mesh, value)
@@ -83,6 +94,6 @@ def place_counts(mesh, counts: Sequence[int]) -> PerReplica:
 def _place_all(mesh, hosts: list[np.ndarray], rows: int, counts, count_value) -> list[PerReplicaBatch]:
     """One batched transfer of every leaf's padded global host array."""
     lays = [_layout(mesh, (rows, *h.shape[1:]), h.dtype) for h in hosts]
-    arrays = jax.device_put(hosts, [lay.sharding for lay in lays])
+    arrays = put(hosts, [lay.sharding for lay in lays])
     counts = tuple(int(c) for c in counts)
     return [PerReplicaBatch._from_global_batch(a, lay, counts, count_value) for a, lay in zip(arrays, lays)]

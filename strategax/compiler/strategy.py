@@ -50,6 +50,19 @@ class Strategy(LogicalDevicesMixin):
     def num_replicas_in_sync(self) -> int:
         return len(self._devices)
 
+    @property
+    def _num_local_replicas(self) -> int:
+        """The replicas this process feeds and sees (all of them unless a multi-worker job)."""
+        return len(self._local_replica_ids)
+
+    @property
+    def _local_replica_ids(self) -> list[int]:
+        return list(range(self.num_replicas_in_sync))
+
+    def _execute(self, executable, args: list):
+        """Run one compiled program on global arrays (a multi-worker strategy bounds and watches it)."""
+        return executable(*args)
+
     def _ir_module_attrs(self) -> dict:
         """Extra attributes for the modules this strategy compiles (none by default)."""
         return {}
@@ -140,7 +153,7 @@ class Strategy(LogicalDevicesMixin):
             return self._reduce_plain(op, value, axis)
         for x in leaves:
             if is_distributed(x) and x._local is None:
-                check_components(x, n)
+                check_components(x, n, self._num_local_replicas)
         if not context.is_tracing():
             key = (op, axis)
             fn = self._reduce_functions.get(key)

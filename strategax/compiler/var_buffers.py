@@ -11,6 +11,15 @@ from ..backends import ReplicaLayout
 from .var_enums import VariableAggregation
 
 
+def place(value, sharding) -> jax.Array:
+    """`value` on `sharding`; over several processes (a multi-worker job, every process holding
+    the same value) each process fills its own shards: no cross-host transfer."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
 class VarBuffer:
     """The buffer of one variable, and its layout on the mesh that last used it."""
 
@@ -22,17 +31,17 @@ class VarBuffer:
             if self.layout is None:
                 self.array = jnp.array(initial, copy=True)
             elif self.layout.per_replica:
-                self.array = self.layout.assemble([np.asarray(initial)] * self.layout.num_replicas)
+                self.array = self.layout.assemble([np.asarray(initial)] * self.layout.num_local_replicas)
             else:
                 # a copy first: device_put may alias the source's buffer, and ours is donated
-                self.array = jax.device_put(jnp.array(initial, copy=True), self.layout.sharding)
+                self.array = place(jnp.array(initial, copy=True), self.layout.sharding)
 
     # --- compiled programs ---------------------------------------------------------------
     def argument(self, layout: ReplicaLayout) -> jax.Array:
         """The buffer laid out as `layout` wants it (moved only the first time, for a plain variable)."""
         if self.layout is not layout:
             if self.layout is None or self.layout.sharding != layout.sharding:
-                self.array = jax.device_put(self.array, layout.sharding)
+                self.array = place(self.array, layout.sharding)
             self.layout = layout
         return self.array
 
@@ -69,7 +78,7 @@ class VarBuffer:
         elif self.layout.per_replica:
             self.array = self.layout.assemble([np.asarray(x, self.var.dtype) for x in new])
         else:
-            self.array = jax.device_put(np.asarray(new[0], self.var.dtype), self.layout.sharding)
+            self.array = place(np.asarray(new[0], self.var.dtype), self.layout.sharding)
 
 
 def _apply(kind: str, old: np.ndarray, value: np.ndarray) -> np.ndarray:

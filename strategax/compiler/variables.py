@@ -70,7 +70,8 @@ class Variable:
         self._name = name or f"Variable_{next(_counter)}"
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
-        self._store = var_buffers.VarBuffer(self, array)
+        make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
+        self._store = make(self, array) if make is not None else var_buffers.VarBuffer(self, array)
 
     # --- description -------------------------------------------------------------------
     name = property(lambda self: self._name)

@@ -27,6 +27,7 @@ PASSES: dict[str, str] = {
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
     "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
     "check-locality": "strategax.passes.check_locality:CheckLocality",
+    "central-storage": "strategax.passes.central_storage:CentralStorage",
     "canonicalize": "strategax.passes.canonicalize:Canonicalize",
     "cse": "strategax.passes.cse:CommonSubexpressionElimination",
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
@@ -36,9 +37,12 @@ PASSES: dict[str, str] = {
 # before collectives are inserted for it; localities are needed to check TensorFlow's rules and
 # to simplify collectives of mirrored values; cse then merges what simplification exposed;
 # shardings propagate before fusion, which must not pack values split over logical devices;
+# central-storage right after insert-collectives (a no-op except under CentralStorageStrategy)
+# so that every later pass sees its broadcasts and reductions like any other collective;
 # fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
 # dce removes what the rewrites orphaned.
-DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "insert-collectives", "infer-locality",
+DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "insert-collectives", "central-storage",
+                                     "infer-locality",
                                      "check-locality", "simplify-collectives", "cse",
                                      "propagate-sharding", "fuse-collectives", "dce")
 

@@ -1,0 +1,70 @@
+"""The MLP, its data and its step, shared by the worker script and the in-process references."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+
+def loss_fn(params, x, y):
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def init_params():
+    rng = np.random.default_rng(0)
+    return {"w1": (rng.normal(size=(16, 32)) * 0.3).astype(np.float32), "b1": np.zeros(32, np.float32),
+            "w2": (rng.normal(size=(32, 4)) * 0.3).astype(np.float32), "b2": np.zeros(4, np.float32)}
+
+
+def data(steps: int, batch: int = 32):
+    """`steps` global batches; data(n)[:m] == data(m) (separate streams for x and y)."""
+    x = np.random.default_rng(1).normal(size=(steps, batch, 16)).astype(np.float32)
+    y = np.random.default_rng(2).integers(0, 4, size=(steps, batch)).astype(np.int32)
+    return x, y
+
+
+TX = optax.adam(1e-2)
+
+
+def make_step(strategy):
+    """The data-parallel step: per-replica gradients, MEAN all_reduce, Adam on every replica."""
+    tx = TX
+
+    @strategy.function
+    def step(params, opt_state, batch):
+        def replica_step(params, opt_state, batch):
+            loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
+            grads = sx_ctx().all_reduce("mean", grads)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, loss
+        params, opt_state, loss = strategy.run(replica_step, args=(params, opt_state, batch))
+        return params, opt_state, strategy.reduce("mean", loss)
+
+    return tx, step
+
+
+def sx_ctx():
+    import strategax as sx
+
+    return sx.get_replica_context()
+
+
+def reference_training(steps: int):
+    """One device, plain JAX + optax, the global batch: losses per step and final parameters."""
+    x, y = data(steps)
+    tx = TX
+
+    @jax.jit
+    def step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    params = init_params()
+    opt_state = tx.init(params)
+    losses = []
+    for i in range(steps):
+        params, opt_state, loss = step(params, opt_state, x[i], y[i])
+        losses.append(float(loss))
+    return losses, {k: np.asarray(v) for k, v in params.items()}
