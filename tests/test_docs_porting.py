@@ -36,6 +36,7 @@ def run_block(block) -> str:
 def test_page_has_blocks():
     # Intent: the convention is in use (a typo in the markers would silently test nothing).
     assert SETUP and len(RUNNABLE) >= 20
+    assert PAGE.read_text().count("```python") == len(BLOCKS), "a python block without a marker"
     assert all(b.expected is not None for b in RUNNABLE if "print(" in b.code)
 
 
