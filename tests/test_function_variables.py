@@ -87,3 +87,21 @@ def test_bytes_per_pack_reaches_the_ir():
     assert len(lines) == 2 and all("bytes_per_pack = 1024" in line for line in lines)
     np.testing.assert_allclose(a.values[3], [6.0] * 3)
     np.testing.assert_allclose(b.values[0], [12.0] * 2)
+
+
+def test_variable_read_inside_a_cached_jax_jit():
+    # Intent: a jax.jit-ed helper reading a variable is traced once and reused by JAX's cache;
+    # every program that inlines it must still read that variable (symbols are never reused).
+    import jax
+    st = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    with st.scope():
+        a, b = sx.Variable(1.0), sx.Variable(5.0)
+
+    @jax.jit
+    def scaled(x):
+        return x * a.read_value()
+
+    first = st.function(lambda: st.run(lambda: scaled(2.0)))
+    second = st.function(lambda: st.run(lambda: b.read_value() + scaled(2.0)))
+    assert float(first().values[0]) == 2.0
+    assert [float(v) for v in second().values] == [7.0, 7.0]

@@ -148,6 +148,7 @@ def test_initial_reads(n):
         assert var.aggregation.name == rec["variable"]["aggregation"]
         assert_values(var, rec["state"]["values"])
         assert_read(var, rec["state"]["read_value"])
+        assert repr(var).replace("<sx.Variable", "<tf.Variable") == rec["repr"]
         got = strategy.experimental_local_results(strategy.run(lambda: var.read_value() + 0.0))
         for g, w in zip(got, rec["read_in_replica"]):
             np.testing.assert_allclose(np.asarray(g), tensor(w))

@@ -259,8 +259,9 @@ class StrategyFunction:
             var_trace.pop()
         func = import_jaxpr(closed, types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, vars=session.decls(), funcs=[func])
-        out_info["variables"] = session.variables
+        module = Module(self._name, attrs, funcs=[func])
+        out_info["variables"] = session.variables_of(module)
+        module.vars = session.decls(out_info["variables"])
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots).run(module)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
+from typing import Any
 
 import jax.numpy as jnp
 from jax import core as jax_core
@@ -14,38 +16,62 @@ from ..ir import Locality, SymbolRef, TensorType, VarDecl, register_primitive
 from .errors import DistributionValueError
 
 
+_ISSUED: set[str] = set()  # every symbol ever given out: never reused, even after a variable dies
+_BY_SYMBOL: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+
+
+def new_symbol(var) -> str:
+    """A module symbol for `var`, unique for the life of the process: a traced read or update
+    names its variable by symbol, and JAX may reuse a traced jaxpr (jax.jit's cache) later."""
+    base = re.sub(r"[^A-Za-z0-9_.]", "_", var.name) or "v"
+    name, k = base, 0
+    while name in _ISSUED:
+        k += 1
+        name = f"{base}_{k}"
+    _ISSUED.add(name)
+    _BY_SYMBOL[name] = var
+    return name
+
+
+def variable(symbol: str):
+    var = _BY_SYMBOL.get(symbol)
+    if var is None:
+        raise RuntimeError(f"variable @{symbol} no longer exists")
+    return var
+
+
 class VarSession:
-    """The variables one trace touches, in first-use order, each with a unique symbol."""
+    """The variables one trace touches; `decls` lists those its module refers to."""
 
     def __init__(self, strategy):
         self.strategy = strategy
-        self.variables: list = []
-        self._names: dict[int, str] = {}
+
+    def check(self, var) -> None:
+        owner = var._strategy
+        if owner is not None and owner is not self.strategy:
+            raise DistributionValueError(
+                f"variable {var.name!r} was created in the scope of {owner!r} but is used in "
+                f"a program of {self.strategy!r}",
+                "create the variable inside `with strategy.scope():` of the strategy that uses it")
 
     def symbol(self, var) -> SymbolRef:
-        name = self._names.get(id(var))
-        if name is None:
-            owner = var._strategy
-            if owner is not None and owner is not self.strategy:
-                raise DistributionValueError(
-                    f"variable {var.name!r} was created in the scope of {owner!r} but is used in "
-                    f"a program of {self.strategy!r}",
-                    "create the variable inside `with strategy.scope():` of the strategy that uses it")
-            base = re.sub(r"[^A-Za-z0-9_.]", "_", var.name) or "v"
-            name, k = base, 0
-            while name in self._names.values():
-                k += 1
-                name = f"{base}_{k}"
-            self._names[id(var)] = name
-            self.variables.append(var)
-        return SymbolRef(name)
+        self.check(var)
+        return SymbolRef(var._symbol)
 
-    def aval(self, ref: SymbolRef):
-        var = self.variables[list(self._names.values()).index(ref.name)]
-        return jax_core.ShapedArray(var.shape, var.dtype)
+    def variables_of(self, module) -> list:
+        """The variables `module` refers to, in order of first use (checked for ownership)."""
+        seen: dict[str, Any] = {}
+        for op in module.walk():
+            ref = op.attrs.get("var") if op.name.startswith("sx.var_") else None
+            if isinstance(ref, SymbolRef) and ref.name not in seen:
+                var = variable(ref.name)
+                self.check(var)
+                seen[ref.name] = var
+        return list(seen.values())
 
-    def decls(self) -> list[VarDecl]:
-        return [VarDecl(self._names[id(v)], v._ir_type(), v._ir_attrs()) for v in self.variables]
+    @staticmethod
+    def decls(variables: list) -> list[VarDecl]:
+        return [VarDecl(v._symbol, v._ir_type(), v._ir_attrs()) for v in variables]
 
 
 class _State(threading.local):
@@ -76,11 +102,12 @@ def _primitive(name: str, multiple_results: bool = False) -> Primitive:
 
 
 var_read_p = _primitive("sx.var_read")
-var_read_p.def_abstract_eval(lambda *, var, ctx, sync: session().aval(var))
-# The read's type comes from the trace's session, not from its parameters: stop JAX from
-# caching it by parameters (two programs whose variables share a symbol name, e.g. two
-# optimizers' slots, would otherwise get the first program's shapes).
-var_read_p.ref_allocating = True
+def _read_abstract(*, var, ctx, sync):
+    v = variable(var.name)
+    return jax_core.ShapedArray(v.shape, v.dtype)
+
+
+var_read_p.def_abstract_eval(_read_abstract)
 
 UPDATE_PRIMITIVES = {kind: _primitive(f"sx.var_{kind}", multiple_results=True)
                      for kind in ("assign", "assign_add", "assign_sub")}

@@ -8,7 +8,6 @@ apply TensorFlow's aggregation rules, so the compiled program does the communica
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import jax
@@ -19,9 +18,6 @@ from . import context, var_buffers, var_trace
 from .distributed_values import DistributedValues, PerReplica, is_distributed
 from .errors import DistributionRuntimeError, DistributionValueError
 from .var_enums import VariableAggregation, VariableSynchronization, parse_aggregation, parse_sync
-
-_counter = itertools.count()
-
 
 def _context_name() -> str:
     entry = context.current()
@@ -67,11 +63,12 @@ class Variable:
         self._sync = parse_sync(synchronization)
         self._aggregation = parse_aggregation(aggregation)
         self._trainable = (self._sync is not VariableSynchronization.ON_READ) if trainable is None else trainable
-        self._name = name or f"Variable_{next(_counter)}"
+        self._name = name or "Variable"  # TensorFlow's default (IR symbols are made unique)
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
         make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
         self._store = make(self, array) if make is not None else var_buffers.VarBuffer(self, array)
+        self._symbol = var_trace.new_symbol(self)  # its name in IR modules
 
     # --- description -------------------------------------------------------------------
     name = property(lambda self: self._name)
@@ -209,14 +206,28 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
     setattr(Variable, _name, _binary(_name))
 
 
-class MirroredVariable(Variable, DistributedValues):
+def _component_repr(var: Variable, i: int, value) -> str:
+    array = np.asarray(value)
+    shown = repr(array.item()) if array.ndim == 0 else repr(array)
+    name = var.name if i == 0 else f"{var.name}/replica_{i}"
+    return (f"<sx.Variable '{name}:0' shape={tuple(array.shape)} dtype={array.dtype.name}, "
+            f"numpy={shown}>")
+
+
+class _DistributedVariable(Variable, DistributedValues):
+    def __repr__(self) -> str:
+        body = ",\n".join(f"  {i}: {_component_repr(self, i, c)}" for i, c in enumerate(self._store.components()))
+        return f"{self._kind}:{{\n{body}\n}}"
+
+
+class MirroredVariable(_DistributedVariable):
     """A variable kept identical on every replica (ON_WRITE): updates in replica context are
     aggregated with its `aggregation` (NONE: only a value identical on every replica)."""
 
     _kind = "MirroredVariable"
 
 
-class SyncOnReadVariable(Variable, DistributedValues):
+class SyncOnReadVariable(_DistributedVariable):
     """A variable each replica reads and writes locally (ON_READ); reading it in cross-replica
     context aggregates the copies with its `aggregation`."""
 
