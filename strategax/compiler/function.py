@@ -149,7 +149,10 @@ class _Compiled:
             if kind == ARRAY:
                 out.append(x)
             elif x._global is not None and x._global[1].mesh is layout.mesh:
-                out.append(x._global[0])
+                array = x._global[0]
+                if layout.logical_axes is not None and array.sharding != layout.sharding:
+                    array = jax.device_put(array, layout.sharding)  # e.g. a batch split over logical devices
+                out.append(array)
             elif kind == PER_REPLICA:
                 array = layout.assemble(x._values)
                 x._global = (array, layout)  # distributed values are immutable: assemble once
