@@ -12,7 +12,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import time  # noqa: E402
+import sys  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -21,7 +21,9 @@ import optax  # noqa: E402
 from jax import lax  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import strategax as sx  # noqa: E402
+from step_vs_jax import timed  # noqa: E402
 
 BATCH = 1024
 NAMES = ("b1", "b2", "w1", "w2")
@@ -59,15 +61,6 @@ def make_jax_step(mesh, tx):
     mapped = jax.shard_map(replica_step, mesh=mesh, in_specs=(P(), P(), P("r"), P("r")),
                            out_specs=(P(), P(), P()), check_vma=False)
     return jax.jit(mapped, donate_argnums=(0, 1))
-
-
-def timed(fn, n):
-    out = None
-    start = time.perf_counter()
-    for _ in range(n):
-        out = fn()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - start) / n
 
 
 def main() -> None:

@@ -6,25 +6,13 @@ import jax
 import numpy as np
 import strategax as sx
 
-from test_optimizer_training import NAMES, batches, init_params, loss_fn, reference_training, tx
+from test_optimizer_training import NAMES, batches, init_params, make_trainer, reference_training
 
 STEPS = 5
 
 
 def train(strategy, steps=STEPS):
-    with strategy.scope():
-        variables = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
-        optimizer = sx.Optimizer(tx())
-
-    @strategy.function
-    def train_step(x, y):
-        def step(x, y):
-            values = {k: variables[k].read_value() for k in NAMES}
-            loss, grads = jax.value_and_grad(loss_fn)(values, x, y)
-            optimizer.apply_gradients([(grads[k], variables[k]) for k in NAMES])
-            return loss
-        return strategy.reduce("SUM", strategy.run(step, args=(x, y)))
-
+    variables, _, train_step = make_trainer(strategy, init_params())
     xs, ys = batches()
     losses = []
     batch = None

@@ -10,18 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Block, Module, Operation, Value
+from .rewrite import replace_value_after
 
 UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
 BROADCAST_REASON = "CentralStorage broadcast"
 REDUCE_REASON = "reduce to parameter device"
-
-
-def _replace_uses(ops: list[Operation], results: list[Value], old: Value, new: Value) -> None:
-    for op in ops:
-        op.operands = [new if v is old else v for v in op.operands]
-        for region in op.regions:
-            _replace_uses(region.ops, region.results, old, new)
-    results[:] = [new if v is old else v for v in results]
 
 
 def _broadcast_reads(block: Block, decls: dict, source: int) -> None:
@@ -37,7 +30,7 @@ def _broadcast_reads(block: Block, decls: dict, source: int) -> None:
         result = Value(op.result.type.with_locality(None))
         out.append(Operation("sx.broadcast", [op.result], [result],
                              {"source": source, "reason": BROADCAST_REASON}, loc=op.loc))
-        _replace_uses(pending[i + 1:], block.results, op.result, result)
+        replace_value_after(pending[i + 1:], block.results, op.result, result)
     block.ops[:] = out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Block, Module, Operation, Value
+from .rewrite import replace_value_after
 
 UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
 
@@ -23,14 +24,6 @@ def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
     if agg == "only_first_replica":
         return Operation("sx.broadcast", [value], [result], {"source": 0, "reason": reason}, loc=loc)
     return Operation("sx.all_reduce", [value], [result], {"op": agg, "reason": reason}, loc=loc)
-
-
-def _replace_uses(ops: list[Operation], results: list[Value], old: Value, new: Value) -> None:
-    for op in ops:
-        op.operands = [new if v is old else v for v in op.operands]
-        for region in op.regions:
-            _replace_uses(region.ops, region.results, old, new)
-    results[:] = [new if v is old else v for v in results]
 
 
 def insert_block(block: Block, decls: dict) -> None:
@@ -57,7 +50,7 @@ def insert_block(block: Block, decls: dict) -> None:
                                   f"{agg} aggregation of a read of sync-on-read @{decl.name} in cross-replica context",
                                   op.loc)
             out.extend([op, coll])
-            _replace_uses(pending[i + 1:], block.results, op.result, coll.result)
+            replace_value_after(pending[i + 1:], block.results, op.result, coll.result)
         else:
             out.append(op)
     block.ops[:] = out

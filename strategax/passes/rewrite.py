@@ -30,6 +30,16 @@ def replace_uses(block: Block, mapping: dict[int, Value]) -> None:
     block.results = [resolve(v) for v in block.results]
 
 
+def replace_value_after(ops: list[Operation], results: list[Value], old: Value, new: Value) -> None:
+    """Replace `old` by `new` in `ops` (the ops after the one that made `new`, nested regions
+    included) and in `results`: for a rewrite that inserts one op and redirects later uses."""
+    for op in ops:
+        op.operands = [new if v is old else v for v in op.operands]
+        for region in op.regions:
+            replace_value_after(region.ops, region.results, old, new)
+    results[:] = [new if v is old else v for v in results]
+
+
 def has_effects(op: Operation) -> bool:
     """Ops whose order matters beyond their operands: no results, or touching a module symbol."""
     return not op.results or any(isinstance(a, SymbolRef) for a in op.attrs.values())
