@@ -1,6 +1,6 @@
 """Text to IR: the exact inverse of the printer.
 
-A regex lexer and a recursive-descent parser. Attributes are rebuilt from literals and the
+A recursive-descent parser over the tokens of `lexer`. Attributes are rebuilt from literals and the
 whitelists in `attributes`; nothing is evaluated. Every problem, syntax or meaning, raises
 `ParseError` (a ValueError) carrying the line and column and a caret under the spot.
 """
@@ -16,95 +16,18 @@ from . import attributes as A
 from .opdefs import lookup
 from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
 from .sharding import KINDS as SHARDING_KINDS, Sharding
-from .types import DTYPES, Locality, TensorType
+from .lexer import INT, LOCALITIES, ParseError, lex, unescape, whole_type
+from .types import DTYPES, TensorType
 from .values import Value
 from .verifier import verify_op_shape
 
 MAX_DEPTH = 100
 
-# Each match is the whitespace and comments before a token (consumed atomically), then the token.
-_TOKEN = re.compile(r"""
- (?:[ \t\r\n]+|//[^\n]*)*+
- (?:(?P<value>%[A-Za-z0-9_.]+)
- | (?P<symbol>@[A-Za-z0-9_.]+)
- | (?P<hash>\#[A-Za-z_][A-Za-z0-9_.]*)
- | (?P<number>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)|-inf)
- | (?P<string>"(?:[^"\\\n]|\\.)*")
- | (?P<loc>loc\("(?:[^"\\\n]|\\.)*":\d+\))
- | (?P<type>(?:DTYPE_NAMES)\[(?:\d+(?:,\d+)*)?\](?:\ (?:per_replica|mirrored)(?![A-Za-z0-9_.\-]))?)
- | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
- | (?P<punct>->|[{}()\[\],:=^<>])
- | (?P<bad>.)
- | (?P<eof>\Z))
-""".replace("DTYPE_NAMES", "|".join(sorted(DTYPES, key=len, reverse=True))), re.VERBOSE | re.DOTALL)
-_INT = re.compile(r"-?\d+\Z")
-_LOCALITIES = {loc.value: loc for loc in Locality}
-
-
-class ParseError(ValueError):
-    """Malformed IR text; `line` and `col` are 1-based."""
-
-    def __init__(self, message: str, text: str = "", pos: int = 0, filename: str = "<string>"):
-        self.message, self.filename = message, filename
-        self.line = text.count("\n", 0, pos) + 1
-        start = text.rfind("\n", 0, pos) + 1
-        end = text.find("\n", pos)
-        self.source_line = text[start:end if end >= 0 else len(text)]
-        self.col = pos - start + 1
-        super().__init__(self.format())
-
-    def format(self) -> str:
-        caret = " " * (self.col - 1) + "^"
-        return f"{self.filename}:{self.line}:{self.col}: {self.message}\n{self.source_line}\n{caret}"
-
-
-def _lex(text: str, filename: str) -> list[tuple[str, str, int]]:
-    tokens = []
-    append = tokens.append
-    for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
-        token = m.group(kind)
-        if kind == "eof":
-            break
-        if kind == "bad":
-            raise ParseError(f"unexpected character {token!r}", text, m.end() - 1, filename)
-        append((kind, token, m.end() - len(token)))
-    append(("eof", "", len(text)))
-    return tokens
-
-
-def _whole_type(text: str) -> TensorType:
-    """A type token `f32[2,3]` or `f32[2,3] mirrored` (already checked by the lexer)."""
-    name, _, rest = text.partition("[")
-    dims, _, locality = rest.partition("]")
-    shape = tuple(int(d) for d in dims.split(",")) if dims else ()
-    return TensorType(shape, DTYPES[name], _LOCALITIES[locality.strip()] if locality else None)
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s[1:-1]
-    out, i = [], 1
-    while i < len(s) - 1:
-        ch = s[i]
-        if ch == "\\":
-            nxt = s[i + 1]
-            if nxt == "x":
-                out.append(chr(int(s[i + 2:i + 4], 16)))
-                i += 4
-                continue
-            out.append({"n": "\n", "t": "\t", "r": "\r"}.get(nxt, nxt))
-            i += 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
 
 class _Parser:
     def __init__(self, text: str, filename: str, positions: dict[int, int] | None = None):
         self.text, self.filename, self.positions = text, filename, positions
-        self.toks = _lex(text, filename)
+        self.toks = lex(text, filename)
         self.line_starts = [m.end() for m in re.finditer("\n", text)]
         self.types: dict[str, TensorType] = {}
         self.locs: dict[str, Location] = {}
@@ -154,7 +77,7 @@ class _Parser:
             self.i += 1
             ty = self.types.get(text)
             if ty is None:
-                ty = self.types[text] = _whole_type(text)
+                ty = self.types[text] = whole_type(text)
             return self.parse_type_suffix(ty)
         _, name, pos = self.expect(kind="ident")
         if name not in DTYPES:
@@ -163,7 +86,7 @@ class _Parser:
         dims = []
         while not self.peek("]"):
             _, d, dpos = self.expect(kind="number")
-            if not _INT.match(d) or int(d) < 0:
+            if not INT.match(d) or int(d) < 0:
                 raise self.error(f"dimension must be a non-negative integer, not {d}", dpos)
             dims.append(int(d))
             if not self.accept(","):
@@ -176,9 +99,9 @@ class _Parser:
         kind, text, _ = self.toks[self.i]
         if kind != "ident":
             return ty
-        if ty.locality is None and text in _LOCALITIES:
+        if ty.locality is None and text in LOCALITIES:
             self.i += 1
-            ty = ty.with_locality(_LOCALITIES[text])
+            ty = ty.with_locality(LOCALITIES[text])
             kind, text, _ = self.toks[self.i]
         if kind == "ident" and text in SHARDING_KINDS:
             ty = ty.with_sharding(self.parse_sharding())
@@ -192,7 +115,7 @@ class _Parser:
         self.expect("[")
         if kind == "device":
             _, d, pos = self.expect(kind="number")
-            if not _INT.match(d) or int(d) < 0:
+            if not INT.match(d) or int(d) < 0:
                 raise self.error(f"logical device must be a non-negative integer, not {d}", pos)
             self.expect("]")
             return Sharding("device", device=int(d))
@@ -267,9 +190,9 @@ class _Parser:
     def parse_attr(self) -> Any:
         kind, text, pos = self.next()
         if kind == "number":
-            return int(text) if _INT.match(text) else float(text)
+            return int(text) if INT.match(text) else float(text)
         if kind == "string":
-            return _unescape(text)
+            return unescape(text)
         if kind == "symbol":
             return SymbolRef(text[1:])
         if kind == "ident":
@@ -438,14 +361,14 @@ class _Parser:
             loc = self.locs.get(text)
             if loc is None:
                 file, _, ln = text[4:-1].rpartition(":")
-                loc = self.locs[text] = Location(_unescape(file), int(ln))
+                loc = self.locs[text] = Location(unescape(file), int(ln))
         elif text == "loc" and kind == "ident" and self.toks[self.i + 1][1] == "(":
             self.next()
             self.next()
-            file = _unescape(self.expect(kind="string")[1])
+            file = unescape(self.expect(kind="string")[1])
             self.expect(":")
             _, ln, lpos = self.expect(kind="number")
-            if not _INT.match(ln):
+            if not INT.match(ln):
                 raise self.error("a location's line is an integer", lpos)
             self.expect(")")
             loc = Location(file, int(ln))
