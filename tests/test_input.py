@@ -339,3 +339,12 @@ def test_compute_average_loss_with_global_batch_size_and_weights():
     for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
         np.testing.assert_allclose(float(losses(element)), np.sum(b * b * 0.5 * b) / 8, rtol=1e-6)
     assert len(losses._cache) == 1
+
+
+def test_one_device_strategy_yields_plain_arrays_of_the_real_rows():
+    strategy = sx.OneDeviceStrategy("CPU:0")
+    batches = [np.arange(4.0, dtype=np.float32), np.arange(4.0, 6.0, dtype=np.float32)]
+    got = list(strategy.experimental_distribute_dataset(batches))
+    assert all(isinstance(g, jax.Array) for g in got)
+    for g, b in zip(got, batches, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), b)
