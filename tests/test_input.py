@@ -215,9 +215,11 @@ def test_exhausted_prefetch_thread_ends_and_synchronous_mode_has_none():
 
 # --- bad input -----------------------------------------------------------------------------
 
-def test_leaves_disagreeing_on_batch_size():
+@pytest.mark.parametrize("fetch_to_device", [True, False])
+def test_leaves_disagreeing_on_batch_size(fetch_to_device):
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
-    it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}]))
+    options = sx.InputOptions(experimental_fetch_to_device=fetch_to_device)
+    it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}], options))
     with pytest.raises(ValueError) as err:
         line = here(); next(it)  # noqa: E702
     assert_names_line(err, line)
