@@ -38,7 +38,7 @@ def epoch(step, params, elements) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20, help="batches per timing round")
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--buffer", type=int, default=2, help="experimental_per_replica_buffer_size")
     args = parser.parse_args()
 

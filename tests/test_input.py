@@ -215,9 +215,11 @@ def test_exhausted_prefetch_thread_ends_and_synchronous_mode_has_none():
 
 # --- bad input -----------------------------------------------------------------------------
 
-def test_leaves_disagreeing_on_batch_size():
+@pytest.mark.parametrize("fetch_to_device", [True, False])
+def test_leaves_disagreeing_on_batch_size(fetch_to_device):
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
-    it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}]))
+    options = sx.InputOptions(experimental_fetch_to_device=fetch_to_device)
+    it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}], options))
     with pytest.raises(ValueError) as err:
         line = here(); next(it)  # noqa: E702
     assert_names_line(err, line)
@@ -339,3 +341,12 @@ def test_compute_average_loss_with_global_batch_size_and_weights():
     for b, element in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
         np.testing.assert_allclose(float(losses(element)), np.sum(b * b * 0.5 * b) / 8, rtol=1e-6)
     assert len(losses._cache) == 1
+
+
+def test_one_device_strategy_yields_plain_arrays_of_the_real_rows():
+    strategy = sx.OneDeviceStrategy("CPU:0")
+    batches = [np.arange(4.0, dtype=np.float32), np.arange(4.0, 6.0, dtype=np.float32)]
+    got = list(strategy.experimental_distribute_dataset(batches))
+    assert all(isinstance(g, jax.Array) for g in got)
+    for g, b in zip(got, batches, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), b)

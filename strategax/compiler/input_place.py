@@ -3,6 +3,7 @@ array over the replica mesh (one transfer per leaf; a full, evenly split batch i
 without a host copy)."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -31,8 +32,14 @@ def _canonical(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == dtype else x.astype(dtype)
 
 
+@functools.lru_cache(maxsize=256)
+def _cached_layout(mesh, shape: tuple, dtype: np.dtype) -> ReplicaLayout:
+    return ReplicaLayout(mesh, TensorType(shape, dtype, Locality.PER_REPLICA))
+
+
 def _layout(mesh, shape: tuple, dtype) -> ReplicaLayout:
-    return ReplicaLayout(mesh, TensorType(tuple(shape), np.dtype(dtype), Locality.PER_REPLICA))
+    """The per-replica layout of a [rows, ...] piece (one per shape: its sharding is reused)."""
+    return _cached_layout(mesh, tuple(shape), np.dtype(dtype))
 
 
 def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
