@@ -16,13 +16,12 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import strategax as sx  # noqa: E402
-from step_vs_jax import make_jax_step, make_strategax_step  # noqa: E402
+from step_vs_jax import init_params, make_jax_step, make_strategax_step, strategy_and_mesh  # noqa: E402
 
 
 def epoch(step, params, elements) -> float:
@@ -42,15 +41,11 @@ def main() -> None:
     parser.add_argument("--buffer", type=int, default=2, help="experimental_per_replica_buffer_size")
     args = parser.parse_args()
 
-    devices = jax.devices()[:8]
-    strategy = sx.MirroredStrategy(devices)
-    mesh = Mesh(np.array(devices), ("r",))
+    strategy, mesh = strategy_and_mesh()
     rng = np.random.default_rng(0)
     host = [(rng.normal(size=(1024, 256)).astype(np.float32),
              rng.integers(0, 10, size=(1024,)).astype(np.int32)) for _ in range(args.steps)]
-    key1, key2 = jax.random.split(jax.random.key(0))
-    params0 = {"w1": jax.random.normal(key1, (256, 512)) * 0.05, "b1": jnp.zeros(512),
-               "w2": jax.random.normal(key2, (512, 10)) * 0.05, "b2": jnp.zeros(10)}
+    params0 = init_params()
     options = sx.InputOptions(experimental_per_replica_buffer_size=args.buffer)
     dataset = strategy.experimental_distribute_dataset(host, options)
 

@@ -19,11 +19,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import strategax as sx  # noqa: E402
-from step_vs_jax import timed  # noqa: E402
+from step_vs_jax import init_params, strategy_and_mesh, timed  # noqa: E402
 
 BATCH = 1024
 NAMES = ("b1", "b2", "w1", "w2")
@@ -69,15 +69,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
 
-    devices = jax.devices()[:8]
-    strategy = sx.MirroredStrategy(devices)
-    mesh = Mesh(np.array(devices), ("r",))
+    strategy, mesh = strategy_and_mesh()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(BATCH, 256)).astype(np.float32)
     y = rng.integers(0, 10, size=(BATCH,)).astype(np.int32)
-    key1, key2 = jax.random.split(jax.random.key(0))
-    params0 = {"w1": jax.random.normal(key1, (256, 512)) * 0.05, "b1": jnp.zeros(512),
-               "w2": jax.random.normal(key2, (512, 10)) * 0.05, "b2": jnp.zeros(10)}
+    params0 = init_params()
     tx = optax.adam(1e-3)
 
     sx_step, variables = make_strategax_step(strategy, params0, tx)

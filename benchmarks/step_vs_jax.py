@@ -56,6 +56,19 @@ def make_jax_step(mesh):
     return jax.jit(mapped)
 
 
+def strategy_and_mesh():
+    """A MirroredStrategy over 8 devices and the hand-written code's mesh over the same ones."""
+    devices = jax.devices()[:8]
+    return sx.MirroredStrategy(devices), Mesh(np.array(devices), ("r",))
+
+
+def init_params() -> dict:
+    """The MLP's parameters (256-512-10), the same in every benchmark."""
+    key1, key2 = jax.random.split(jax.random.key(0))
+    return {"w1": jax.random.normal(key1, (256, 512)) * 0.05, "b1": jnp.zeros(512),
+            "w2": jax.random.normal(key2, (512, 10)) * 0.05, "b2": jnp.zeros(10)}
+
+
 def timed(fn, n):
     out = None
     start = time.perf_counter()
@@ -71,15 +84,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
 
-    devices = jax.devices()[:8]
-    strategy = sx.MirroredStrategy(devices)
-    mesh = Mesh(np.array(devices), ("r",))
+    strategy, mesh = strategy_and_mesh()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(1024, 256)).astype(np.float32)
     y = rng.integers(0, 10, size=(1024,)).astype(np.int32)
-    key1, key2 = jax.random.split(jax.random.key(0))
-    params0 = {"w1": jax.random.normal(key1, (256, 512)) * 0.05, "b1": jnp.zeros(512),
-               "w2": jax.random.normal(key2, (512, 10)) * 0.05, "b2": jnp.zeros(10)}
+    params0 = init_params()
 
     # strategax: the batch as a distributed dataset element, parameters as returned by the step.
     sx_step = make_strategax_step(strategy)
