@@ -1,8 +1,24 @@
-"""strategax: TensorFlow's tf.distribute programming model, compiled through JAX/XLA."""
-from . import backends, ir, nn, passes
-from . import cluster_resolver
-from .compiler import *  # noqa: F401,F403  (the public Strategy API)
-from .compiler import __all__ as _compiler_all
+"""strategax: TensorFlow's tf.distribute programming model, compiled through JAX/XLA.
+
+The packages are the architecture, each importing only those below it (docs/architecture.md):
+`ir` → `dialects` → `passes`, `backends` → `trace` → `variables`, `input` → `distribute`;
+`cluster` and `tools` beside; `errors` and `_context` under everything."""
+from . import backends, cluster_resolver, ir, nn, passes
+from .cluster import WorkerLostError
+from .distribute import *  # noqa: F401,F403  (the public Strategy API)
+from .distribute import __all__ as _distribute_all
+from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, StrategaxError
+from .input import DistributedDataset, InputContext, InputOptions
+from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr
+from .variables import (Checkpoint, MirroredVariable, Optimizer, SyncOnReadVariable, Variable,
+                        VariableAggregation, VariableSynchronization, latest_checkpoint)
 
 __version__ = "0.1.0"
-__all__ = ["backends", "cluster_resolver", "ir", "nn", "passes", *_compiler_all]
+__all__ = [
+    "backends", "cluster_resolver", "ir", "nn", "passes", *_distribute_all,
+    "Checkpoint", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
+    "MirroredVariable", "Optimizer", "PerReplica", "StrategaxError", "StrategyFunction",
+    "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
+    "WorkerLostError", "import_jaxpr", "latest_checkpoint",
+]

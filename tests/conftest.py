@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import strategax as sx  # noqa: E402
-from strategax.compiler import function as _function  # noqa: E402
+from strategax.trace import function as _function  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 

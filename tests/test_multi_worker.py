@@ -198,7 +198,7 @@ def test_liveness_probe_tells_live_from_dead_workers():
     # Intent: the survivor's way of naming a lost worker: a live worker answers a ping on its
     # own address; nothing listening means its process is gone.
     from multi_worker_launch import free_ports
-    from strategax.compiler.multi_worker_runtime import LivenessListener, WorkerRuntime, probe
+    from strategax.cluster.runtime import LivenessListener, WorkerRuntime, probe
 
     live, dead, me = (f"127.0.0.1:{p}" for p in free_ports(3))
     LivenessListener(live)

@@ -1,7 +1,7 @@
 """Lower an IR module to one `jax.jit(shard_map(...))` program over the replica mesh.
 
 An interpreter walks the module inside a function that JAX traces: each op applies its
-lowering rule from `ir.LOWERINGS` (generic ops re-bind their primitive). `check_vma=False`
+lowering rule from `dialects.LOWERINGS` (generic ops re-bind their primitive). `check_vma=False`
 keeps JAX from adding collectives of its own: the only communication is what the IR says.
 """
 from __future__ import annotations
@@ -12,10 +12,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from ..ir import LOWERINGS, Block, Module, lookup
-from ..ir.control_flow import has_collective
-from ..ir.logical_ops import constrain_propagated
-from ..ir.opdefs import generic_lowering
+from ..dialects import LOWERINGS, generic_lowering
+from ..dialects.logical import constrain_propagated
+from ..ir import Block, Module, has_collective, is_collective
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
 
@@ -28,7 +27,7 @@ class LoweringContext:
     def __init__(self, num_replicas: int, mesh: Mesh | None = None):
         self.num_replicas = num_replicas
         self.mesh = mesh  # the whole mesh: `replica` plus any logical-device axes
-        self.vars: dict = {}  # variable symbol -> its current local value (see ir.var_dialect)
+        self.vars: dict = {}  # variable symbol -> its current local value (see dialects.variables)
         # One replica of several logical devices: XLA drops the size-1 manual axis, so a
         # cross-replica collective would become a cross-partition one; it is the identity.
         self._collectives_are_identities = (num_replicas == 1 and mesh is not None
@@ -47,8 +46,7 @@ class LoweringContext:
 
 
 def _is_collective(op) -> bool:
-    opdef = lookup(op.name)
-    return (opdef is not None and opdef.is_collective and len(op.operands) == len(op.results)
+    return (is_collective(op) and len(op.operands) == len(op.results)
             and all(a.type.same_tensor(r.type) for a, r in zip(op.operands, op.results)))
 
 
@@ -97,12 +95,6 @@ class Executable:
         if self.marker is not None:
             throttle(outs[self.marker])
         return outs
-
-    def run_per_replica(self, *inputs) -> list:
-        """Run on per-replica inputs: a sequence of components for per_replica args, an array otherwise."""
-        args = [lay.assemble(x) if lay.per_replica else x for x, lay in zip(inputs, self.in_layouts)]
-        outs = self(*args)
-        return [lay.components(o) if lay.per_replica else o for o, lay in zip(outs, self.out_layouts)]
 
     def lower(self, *global_args):
         return self.jitted.lower(*global_args)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..ir import REFERENCE, Block, Locality, Module, lookup
-from ..ir.opdefs import bind_params
+from ..dialects import REFERENCE, generic_reference
+from ..ir import Block, Locality, Module
 
 
 class ReferenceContext:
@@ -24,22 +24,9 @@ class ReferenceContext:
 
     def run_block(self, block: Block, args: Sequence[Sequence]) -> list[list]:
         env = {id(a): list(x) for a, x in zip(block.args, args)}
-        n = self.num_replicas
         for op in block.ops:
             operands = [env[id(v)] for v in op.operands]
-            rule = REFERENCE.get(op.name)
-            if rule is not None:
-                outs = rule(op, operands, self)
-            else:
-                prim = lookup(op.name).primitive
-                per_replica = []
-                for r in range(n):
-                    args = [x[r] for x in operands]
-                    per_replica.append(prim.bind(*args, **bind_params(op, args)))
-                if prim.multiple_results:
-                    outs = [[per_replica[r][k] for r in range(n)] for k in range(len(op.results))]
-                else:
-                    outs = [per_replica]
+            outs = REFERENCE.get(op.name, generic_reference)(op, operands, self)
             for r, x in zip(op.results, outs):
                 env[id(r)] = list(x)
         return [env[id(v)] for v in block.results]

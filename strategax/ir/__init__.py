@@ -1,8 +1,12 @@
-"""The strategax IR: typed SSA values with locality, ops, text printer/parser, verifier."""
-from . import control_flow, logical_ops, sx_bucket, sx_dialect, var_dialect  # noqa: F401  (declare the ops)
-from .attributes import ENUMS, RECORDS
-from .opdefs import LOWERINGS, OP_DEFS, REFERENCE, OpDef, declare, lookup, register_primitive
-from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
+"""The strategax IR: typed SSA values with locality, ops, text printer/parser, verifier.
+
+No JAX primitives and no lowering live here: the ops are declared by `strategax.dialects`."""
+from .attr_spec import Attr, Enum, Flag, Int, Str
+from .attributes import ENUMS, RECORDS, SymbolRef
+from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
+                     add_resolver, declare, has_collective, has_effects, is_collective, is_pure,
+                     lookup, op_effects, writes)
+from .ops import Block, Func, Location, Module, Operation, VarDecl
 from .parser import ParseError, parse
 from .printer import print_module
 from .sharding import Sharding
@@ -11,8 +15,10 @@ from .values import Value
 from .verifier import VerifyError, verify
 
 __all__ = [
-    "Block", "DTYPES", "ENUMS", "Func", "LOWERINGS", "Locality", "Location", "Module", "OP_DEFS",
-    "OpDef", "Operation", "ParseError", "RECORDS", "REFERENCE", "Sharding", "SymbolRef", "TensorType",
-    "Value", "VarDecl", "VerifyError", "declare", "dtype_name", "lookup", "parse",
-    "print_module", "register_primitive", "verify",
+    "Attr", "Block", "DTYPES", "ENUMS", "Enum", "Flag", "Func", "Int", "Locality", "Location",
+    "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
+    "RECORDS", "Sharding", "Str", "SymbolRef", "TensorType", "VAR_ATTRS", "Value", "VarDecl",
+    "VerifyError", "WRITES_VARIABLE", "add_resolver", "declare", "dtype_name", "has_collective",
+    "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
+    "verify", "writes",
 ]

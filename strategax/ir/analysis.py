@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .opdefs import lookup
+from .opdefs import is_collective
 from .ops import Block, Module
 
 
@@ -70,8 +70,7 @@ def collective_stats(module: Module) -> CollectiveStats:
 
     def walk(block: Block, repeats: int) -> None:
         for op in block.ops:
-            opdef = lookup(op.name)
-            if opdef is not None and opdef.is_collective:
+            if is_collective(op):
                 t = op.results[0].type
                 nbytes = sum(r.type.nbytes for r in op.results)
                 shape, members = t.shape, ()

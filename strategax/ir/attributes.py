@@ -9,14 +9,22 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .ops import SymbolRef
 from .types import DTYPE_NAMES, TensorType, dtype_name
+
+
+@dataclass(frozen=True)
+class SymbolRef:
+    """A reference to a module-level symbol (a variable): `@w1`."""
+
+    name: str
+
 
 # Enums and records an attribute may hold, by the name they print with.
 ENUMS: dict[str, type[enum.Enum]] = {

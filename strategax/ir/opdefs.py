@@ -1,21 +1,27 @@
 """One declaration per op, read by the printer, parser, verifier, passes and backends.
 
-`OpDef` says an op's arity, required attributes, regions, how its result locality follows
-from its operands, and any extra verification. Lowering rules live beside each declaration in
-the plain dicts `LOWERINGS` (JAX backend) and `REFERENCE` (reference interpreter), keyed by op
-name. Generic `jax.<primitive>` ops are declared once, from the primitive's name.
+An `OpDef` says an op's arity, its attributes (kinds and allowed values), its regions, how
+its result locality follows from its operands, its effects (reads or writes a variable) and
+any extra verification. The dialects (`strategax.dialects`) declare the ops and keep each
+op's JAX primitive and lowering rules beside its declaration; generic `jax.<primitive>` ops
+are declared on first use by a resolver the dialects register.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from jax.extend import core as jex_core
-
-from .ops import Operation
+from .attr_spec import Attr
+from .ops import Block, Operation
 from .types import Locality
 
 LocalityRule = Callable[[Operation, Sequence[Locality]], Sequence[Locality]]
+
+# Effects an op may declare. Ops with effects keep their order relative to each other; an op
+# that writes is never removed. Collectives are not effects in the IR: every replica runs the
+# same program, so an unused collective may go and two equal ones may merge.
+READS_VARIABLE = "reads_variable"
+WRITES_VARIABLE = "writes_variable"
 
 
 def join_operands(op: Operation, localities: Sequence[Locality]) -> list[Locality]:
@@ -33,24 +39,17 @@ class OpDef:
     num_operands: int | None = None  # None: any number
     num_results: int | None = None
     num_regions: int | None = 0  # None: any number
-    attrs: tuple[str, ...] = ()  # attributes that must be present
+    attrs: Mapping[str, Attr] | None = None  # None: not declared (a generic JAX op's parameters)
+    open_attrs: bool = False  # other (undeclared) attributes are allowed too
     locality: LocalityRule = join_operands
     verify: Callable[[Operation], str | None] | None = None  # returns an error message or None
     is_collective: bool = False
+    effects: frozenset[str] = frozenset()
     primitive: object = None  # the JAX primitive a generic op re-binds
 
 
 OP_DEFS: dict[str, OpDef] = {}
-LOWERINGS: dict[str, Callable] = {}  # op name -> rule(op, args, ctx) -> list of results (in JAX)
-REFERENCE: dict[str, Callable] = {}  # op name -> rule(op, args_per_replica, ctx) -> results
-
-# Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
-INLINED_PRIMITIVES = frozenset(
-    {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-     "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "name"})
-
-_PRIMITIVES: dict[str, jex_core.Primitive] = {}
-_jax_primitives_loaded = False
+_RESOLVERS: list[Callable[[str], OpDef | None]] = []
 
 
 def declare(opdef: OpDef) -> OpDef:
@@ -58,67 +57,68 @@ def declare(opdef: OpDef) -> OpDef:
     return opdef
 
 
-def register_primitive(prim: jex_core.Primitive) -> None:
-    """Make a JAX primitive findable by name (the importer calls this for every one it meets)."""
-    _PRIMITIVES.setdefault(prim.name, prim)
-
-
-def _load_jax_primitives() -> None:
-    global _jax_primitives_loaded
-    from jax.extend.core import primitives
-
-    _jax_primitives_loaded = True
-    for value in vars(primitives).values():
-        if isinstance(value, jex_core.Primitive):
-            register_primitive(value)
+def add_resolver(resolve: Callable[[str], OpDef | None]) -> None:
+    """Declare ops on demand: `resolve(name)` returns a declaration for an undeclared name (or None)."""
+    _RESOLVERS.append(resolve)
 
 
 def lookup(name: str) -> OpDef | None:
     """The declaration of op `name`, or None if there is no such op."""
     opdef = OP_DEFS.get(name)
-    if opdef is None and name.startswith("jax."):
-        if not _jax_primitives_loaded:
-            _load_jax_primitives()
-        prim = _PRIMITIVES.get(name[4:])
-        if prim is not None and prim.name not in INLINED_PRIMITIVES:
-            opdef = declare(OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,
-                                  num_results=None if prim.multiple_results else 1))
+    if opdef is None:
+        for resolve in _RESOLVERS:
+            opdef = resolve(name)
+            if opdef is not None:
+                return declare(opdef)
     return opdef
 
 
-def _combiner_jaxpr(combine: Callable):
-    def rebuild(args: list) -> dict:
-        import jax
-        import jax.numpy as jnp
-
-        scalar = jax.ShapeDtypeStruct((), jnp.result_type(args[0]))
-        closed = jax.make_jaxpr(combine)(scalar, scalar)
-        return {"update_jaxpr": closed.jaxpr, "update_consts": tuple(closed.consts)}
-    return rebuild
+# --- what other packages declare about symbols and modules -----------------------------------
+VAR_ATTRS: dict[str, Attr] = {}  # the attributes of `var @x : T {...}` declarations
+MODULE_ATTRS: dict[str, Attr] = {  # the known module attributes (others are allowed)
+    "num_replicas": Attr("int", required=False, minimum=1),
+    "parameter_replica": Attr("int", required=False, minimum=0),  # CentralStorageStrategy's
+    "logical_axes": Attr("any", required=False),  # ((name, size), ...): TPUStrategy's logical mesh
+}
 
 
-def _scatter_combiners() -> dict[str, Callable]:
-    from jax import lax
-
-    return {"scatter-add": _combiner_jaxpr(lax.add), "scatter-mul": _combiner_jaxpr(lax.mul),
-            "scatter-min": _combiner_jaxpr(lax.min), "scatter-max": _combiner_jaxpr(lax.max),
-            "scatter": lambda args: {"update_jaxpr": None, "update_consts": ()}}
-
-
-# Parameters that are a function of the primitive alone (a scatter's combiner): the importer
-# drops them and `bind_params` rebuilds them, so the IR holds only plain attributes.
-DERIVED_PARAMS: dict[str, Callable[[list], dict]] = _scatter_combiners()
-
-
-def bind_params(op: Operation, args: list) -> dict:
-    """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
-    prim = lookup(op.name).primitive
-    derive = DERIVED_PARAMS.get(prim.name)
-    return {**op.attrs, **derive(args)} if derive else op.attrs
+# --- effects: one definition, read by every pass ---------------------------------------------
+def op_effects(op: Operation) -> frozenset[str]:
+    """What `op` does beyond computing its results: its declared effects and those of the ops
+    in its regions. An op that returns nothing exists for its effect: it writes."""
+    opdef = lookup(op.name)
+    effects = opdef.effects if opdef is not None else frozenset({WRITES_VARIABLE})
+    if not op.results:
+        effects = effects | {WRITES_VARIABLE}
+    for region in op.regions:
+        for inner in region.ops:
+            effects = effects | op_effects(inner)
+    return effects
 
 
-def generic_lowering(op: Operation, args: list, ctx) -> list:
-    """Re-bind the JAX primitive with the op's attributes as its parameters."""
-    prim = lookup(op.name).primitive
-    out = prim.bind(*args, **bind_params(op, args))
-    return list(out) if prim.multiple_results else [out]
+def has_effects(op: Operation) -> bool:
+    """Whether `op`'s place among other effectful ops matters (it reads or writes)."""
+    return bool(op_effects(op))
+
+
+def is_pure(op: Operation) -> bool:
+    """No effects at all: it may be removed when unused and merged with an equal op."""
+    return not op_effects(op)
+
+
+def writes(op: Operation) -> bool:
+    """Whether `op` (or an op in its regions) writes: it must never be removed."""
+    return WRITES_VARIABLE in op_effects(op)
+
+
+def is_collective(op: Operation) -> bool:
+    opdef = lookup(op.name)
+    return opdef is not None and opdef.is_collective
+
+
+def has_collective(blocks: Block | Iterable[Block]) -> bool:
+    """Whether any op in `blocks` (regions included) communicates across replicas."""
+    for block in ([blocks] if isinstance(blocks, Block) else blocks):
+        if any(is_collective(op) for op in block.walk()):
+            return True
+    return False

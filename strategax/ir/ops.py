@@ -19,13 +19,6 @@ class Location:
         return f"{self.file}:{self.line}"
 
 
-@dataclass(frozen=True)
-class SymbolRef:
-    """A reference to a module-level symbol (a variable): `@w1`."""
-
-    name: str
-
-
 @dataclass(eq=False)
 class Block:
     """A straight-line list of ops with arguments and the values it yields."""
@@ -75,14 +68,6 @@ class Func:
     name: str
     body: Block
 
-    @property
-    def arg_types(self) -> list[TensorType]:
-        return [v.type for v in self.body.args]
-
-    @property
-    def result_types(self) -> list[TensorType]:
-        return [v.type for v in self.body.results]
-
 
 @dataclass(eq=False)
 class Module:
@@ -99,6 +84,7 @@ class Module:
         return self.funcs[0]
 
     def walk(self) -> Iterator[Operation]:
+        """Every op of every function, regions included."""
         for f in self.funcs:
             yield from f.body.walk()
 

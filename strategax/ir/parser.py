@@ -13,13 +13,15 @@ from typing import Any
 import numpy as np
 
 from . import attributes as A
-from .opdefs import lookup
-from .ops import Block, Func, Location, Module, Operation, SymbolRef, VarDecl
-from .sharding import KINDS as SHARDING_KINDS, Sharding
+from .attr_spec import attrs_problem
+from .attributes import SymbolRef
 from .lexer import INT, LOCALITIES, ParseError, lex, unescape, whole_type
+from .opdefs import MODULE_ATTRS, VAR_ATTRS, lookup
+from .ops import Block, Func, Location, Module, Operation, VarDecl
+from .sharding import KINDS as SHARDING_KINDS, Sharding
 from .types import DTYPES, TensorType
 from .values import Value
-from .verifier import verify_op_shape
+from .verifier import op_problem
 
 MAX_DEPTH = 100
 
@@ -134,7 +136,8 @@ class _Parser:
         self.expect("]")
         return Sharding("split", tuple(dims))
 
-    def parse_attr_dict(self) -> dict[str, Any]:
+    def parse_attr_dict(self, positions: dict[str, int] | None = None) -> dict[str, Any]:
+        """`{k = v, ...}`; `positions`, when given, receives each value's offset."""
         self.expect("{")
         attrs: dict[str, Any] = {}
         while not self.peek("}"):
@@ -142,6 +145,8 @@ class _Parser:
             if key in attrs:
                 raise self.error(f"attribute {key!r} given twice", pos)
             self.expect("=")
+            if positions is not None:
+                positions[key] = self.toks[self.i][2]
             attrs[key] = self.parse_attr()
             if not self.accept(","):
                 break
@@ -336,7 +341,8 @@ class _Parser:
                     break
                 i += 1
         self.i = i
-        attrs = self.parse_attr_dict() if self.peek("{") else {}
+        attr_pos: dict[str, int] = {}
+        attrs = self.parse_attr_dict(attr_pos) if self.peek("{") else {}
         regions = []
         if self.accept("("):
             self.expect("{")
@@ -376,10 +382,18 @@ class _Parser:
         op = Operation(name, operands, results, attrs, regions, loc)
         if self.positions is not None:
             self.positions[id(op)] = start
-        problem = verify_op_shape(op, opdef)
+        problem = op_problem(op, opdef)
         if problem:
-            raise self.error(f"{name}: {problem}", start)
+            message, attr = problem
+            raise self.error(f"{name}: {message}", attr_pos.get(attr, start))
         return op
+
+    def check_attrs(self, what: str, attrs: dict, specs, positions: dict[str, int], pos: int,
+                    strict: bool = True) -> None:
+        problem = attrs_problem(attrs, specs, strict)
+        if problem:
+            message, attr = problem
+            raise self.error(f"{what}: {message}", positions.get(attr, pos))
 
     def parse_func(self) -> Func:
         self.expect("func")
@@ -408,9 +422,11 @@ class _Parser:
     def parse_module(self) -> Module:
         self.expect("module")
         name = self.expect(kind="symbol")[1][1:]
-        attrs = {}
+        attrs, attr_pos = {}, {}
+        pos = self.toks[self.i][2]
         if self.accept("attributes"):
-            attrs = self.parse_attr_dict()
+            attrs = self.parse_attr_dict(attr_pos)
+            self.check_attrs(f"module @{name}", attrs, MODULE_ATTRS, attr_pos, pos, strict=False)
         self.expect("{")
         m = Module(name, attrs)
         seen = set()
@@ -420,7 +436,9 @@ class _Parser:
                 vname = self.expect(kind="symbol")[1][1:]
                 self.expect(":")
                 ty = self.parse_type()
-                vattrs = self.parse_attr_dict() if self.peek("{") else {}
+                attr_pos = {}
+                vattrs = self.parse_attr_dict(attr_pos) if self.peek("{") else {}
+                self.check_attrs(f"var @{vname}", vattrs, VAR_ATTRS, attr_pos, pos)
                 if vname in seen:
                     raise self.error(f"symbol @{vname} is defined twice", pos)
                 seen.add(vname)

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from .attributes import format_attr, format_string
-from .ops import Block, Func, Module, Operation
-from .values import Value
+
+if TYPE_CHECKING:  # annotations only: ops.Module.__str__ imports this module
+    from .ops import Block, Func, Module, Operation
+    from .values import Value
 
 _NAME_OK = re.compile(r"[A-Za-z0-9_.]+\Z")
 

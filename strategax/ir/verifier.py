@@ -1,9 +1,13 @@
-"""Structural checks: every op matches its declaration, values are defined before use,
-regions are isolated, functions return what they declare, symbols exist."""
+"""Structural checks: every op matches its declaration (arity, attributes, regions), values are
+defined before use, regions are isolated, functions return what they declare, symbols exist,
+variables and the module carry well-formed attributes."""
 from __future__ import annotations
 
-from .opdefs import OpDef, lookup
-from .ops import Block, Module, Operation, SymbolRef
+from .attr_spec import attrs_problem
+from .attributes import SymbolRef
+from .opdefs import MODULE_ATTRS, VAR_ATTRS, OpDef, lookup
+from .ops import Block, Module, Operation
+from .printer import print_module
 
 
 class VerifyError(ValueError):
@@ -18,26 +22,28 @@ def _error(module: Module, op: Operation, message: str) -> VerifyError:
     return e
 
 
-def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:
-    """Arity, attributes and the op's own check; an error message or None."""
+def op_problem(op: Operation, opdef: OpDef) -> tuple[str, str | None] | None:
+    """Arity, attributes and the op's own check: (message, offending attribute or None), or None."""
     for kind, want, got in (("operands", opdef.num_operands, len(op.operands)),
                             ("results", opdef.num_results, len(op.results)),
                             ("regions", opdef.num_regions, len(op.regions))):
         if want is not None and want != got:
-            return f"expects {want} {kind}, has {got}"
-    if opdef.attrs:
-        missing = [a for a in opdef.attrs if a not in op.attrs]
-        if missing:
-            return f"missing attribute{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
-    if opdef.verify is not None:
-        return opdef.verify(op)
-    return None
+            return f"expects {want} {kind}, has {got}", None
+    problem = attrs_problem(op.attrs, opdef.attrs, strict=not opdef.open_attrs)
+    if problem is None and opdef.verify is not None:
+        message = opdef.verify(op)
+        problem = (message, None) if message else None
+    return problem
+
+
+def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:
+    """`op_problem`'s message alone."""
+    problem = op_problem(op, opdef)
+    return problem[0] if problem else None
 
 
 def _excerpt(module: Module, bad: Operation, message: str) -> str:
     """The module text with the bad op's line marked, a few lines either side."""
-    from .printer import print_module
-
     op_lines: dict[int, int] = {}
     lines = print_module(module, op_lines).splitlines()
     where = op_lines.get(id(bad))
@@ -63,6 +69,13 @@ def verify(module: Module) -> None:
         raise VerifyError(f"module @{module.name} defines a symbol twice")
     if not module.funcs:
         raise VerifyError(f"module @{module.name} has no function")
+    problem = attrs_problem(module.attrs, MODULE_ATTRS, strict=False)
+    if problem:
+        raise VerifyError(f"module @{module.name}: {problem[0]}")
+    for v in module.vars:
+        problem = attrs_problem(v.attrs, VAR_ATTRS)
+        if problem:
+            raise VerifyError(f"var @{v.name}: {problem[0]}")
 
     def check_block(block: Block) -> None:
         defined = set(map(id, block.args))

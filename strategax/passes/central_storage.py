@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dialects.variables import UPDATES
 from ..ir import Block, Module, Operation, Value
 from .rewrite import replace_value_after
 
-UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
 BROADCAST_REASON = "CentralStorage broadcast"
 REDUCE_REASON = "reduce to parameter device"
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..compiler.errors import DistributionRuntimeError, DistributionValueError
+from ..dialects.variables import UPDATES
+from ..errors import DistributionRuntimeError, DistributionValueError
 from ..ir import Block, Locality, Module, Operation
 
-UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
 _AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
             "all-reduce the value first (sx.get_replica_context().all_reduce), or update it in "
             "cross-replica context (merge_call / extended.update)")

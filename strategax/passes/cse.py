@@ -1,12 +1,12 @@
 """cse: common subexpression elimination. Two ops with the same name, operands, attributes
 and result types compute the same values; later ones reuse the first one's results. Ops with
-regions or effects (no results, or touching a variable symbol) are left alone."""
+regions or effects (a variable read or write) are left alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Block, Module, Value
-from .rewrite import all_blocks, has_effects, op_key, replace_uses
+from ..ir import Block, Module, Value, is_pure
+from .rewrite import all_blocks, op_key, replace_uses
 
 
 def cse_block(block: Block) -> int:
@@ -17,7 +17,7 @@ def cse_block(block: Block) -> int:
     for op in block.ops:
         if any(id(v) in mapping for v in op.operands):
             op.operands = [mapping.get(id(v), v) for v in op.operands]
-        if op.regions or has_effects(op):
+        if op.regions or not is_pure(op):
             kept.append(op)
             continue
         key = op_key(op)

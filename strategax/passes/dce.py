@@ -1,21 +1,17 @@
-"""dce: drop ops whose results nobody uses (ops with no results, such as variable writes, stay)."""
+"""dce: drop ops whose results nobody uses; ops that write (a variable update, or a region
+holding one) always stay. What counts as a write is the op declaration's (`ir.writes`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Block, Module
-
-
-def _has_effects(op) -> bool:
-    """An op with no results (a variable write), or one whose regions hold one."""
-    return not op.results or any(_has_effects(inner) for r in op.regions for inner in r.ops)
+from ..ir import Block, Module, writes
 
 
 def dce_block(block: Block) -> None:
     live = set(map(id, block.results))
     kept = []
     for op in reversed(block.ops):
-        if not any(id(r) in live for r in op.results) and not _has_effects(op):
+        if not any(id(r) in live for r in op.results) and not writes(op):
             continue
         for region in op.regions:
             dce_block(region)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..dialects.variables import UPDATES
 from ..ir import Block, Module, Operation, Value
 from .rewrite import replace_value_after
-
-UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
 
 
 def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:

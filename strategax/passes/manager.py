@@ -6,10 +6,12 @@ names the pass and those that ran before it.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
+import typing
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ..ir import Module, VerifyError, print_module, verify
 
@@ -54,14 +56,48 @@ class PassLookupError(KeyError, ValueError):
         return str(self.args[0])
 
 
-def get_pass(name: str, **options) -> Pass:
-    """Instantiate the pass registered as `name` with `options`."""
+def pass_class(name: str) -> type:
+    """The class of the pass registered as `name`."""
     target = PASSES.get(name)
     if target is None:
         raise PassLookupError(f"unknown pass {name!r}; known passes: {', '.join(sorted(PASSES))}")
     module_name, cls_name = target.split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**options)
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def get_pass(name: str, **options) -> Pass:
+    """Instantiate the pass registered as `name` with `options`."""
+    return pass_class(name)(**options)
+
+
+class PassOptionError(ValueError):
+    """A pass option in a pipeline is unknown or cannot be read as its declared type."""
+
+
+def pass_options(name: str) -> dict[str, type]:
+    """The options of pass `name` (its dataclass fields but `name`) and their types."""
+    cls = pass_class(name)
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "name"}
+
+
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def convert_option(pass_name: str, key: str, text: str, kind: type) -> Any:
+    """`text` read as option `key` of `pass_name`, of type `kind` (str, bool, int or float)."""
+    text = text.strip()
+    if kind is str:
+        return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text
+    if kind is bool and text.lower() in _TRUE + _FALSE:
+        return text.lower() in _TRUE
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise PassOptionError(f"pass {pass_name!r}: option {key!r} takes {kind.__name__} values, "
+                          f"not {text!r}")
 
 
 class PassFailure(VerifyError):
@@ -105,22 +141,11 @@ def default_pipeline(**kwargs) -> PassManager:
     return PassManager([get_pass(n) for n in DEFAULT_PIPELINE], **kwargs)
 
 
-def _option_value(text: str):
-    text = text.strip()
-    if text in ("true", "false"):
-        return text == "true"
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    return text.strip('"')
-
-
 def parse_pipeline(spec: str) -> list[Pass]:
     """Passes from `a,b{opt=1,other=x},c`; `default` stands for DEFAULT_PIPELINE.
 
-    Raises ValueError for unknown passes, unknown options or unbalanced braces."""
+    Options are converted to the types the pass dataclass declares. Raises ValueError for
+    unknown passes, unknown or ill-typed options and unbalanced braces."""
     items, depth, start = [], 0, 0
     for i, ch in enumerate(spec + ","):
         if ch == "{":
@@ -142,14 +167,16 @@ def parse_pipeline(spec: str) -> list[Pass]:
         if name == "default" and not rest:
             passes.extend(get_pass(n) for n in DEFAULT_PIPELINE)
             continue
+        known = pass_options(name)
         options = {}
         for pair in filter(None, (x.strip() for x in rest.rstrip("}").split(","))):
             key, eq, value = pair.partition("=")
+            key = key.strip().replace("-", "_")
             if not eq:
-                raise ValueError(f"pass option {pair!r} is not `name=value`")
-            options[key.strip().replace("-", "_")] = _option_value(value)
-        try:
-            passes.append(get_pass(name, **options))
-        except TypeError:
-            raise ValueError(f"pass {name!r} has no option(s) {', '.join(options)}") from None
+                raise PassOptionError(f"pass {name!r}: option {pair!r} is not `name=value`")
+            if key not in known:
+                raise PassOptionError(f"pass {name!r} has no option {key!r}; its options: "
+                                      f"{', '.join(known) or 'none'}")
+            options[key] = convert_option(name, key, value, known[key])
+        passes.append(get_pass(name, **options))
     return passes

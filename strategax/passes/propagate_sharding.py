@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..ir import Block, Module, Operation, Sharding, Value
-from ..ir.logical_ops import ANNOTATIONS, annotation_sharding
+from ..dialects.logical import ANNOTATIONS, annotation_sharding
 
 Dims = tuple[tuple[str, ...], ...]
 _REDUCTIONS = {"jax.reduce_sum", "jax.reduce_max", "jax.reduce_min", "jax.reduce_prod",

@@ -1,12 +1,12 @@
 """Small shared helpers for passes that rewrite a block: use replacement, re-ordering, keys."""
 from __future__ import annotations
 
-import heapq
 from typing import Any, Iterable
 
+import networkx as nx
 import numpy as np
 
-from ..ir import Block, Operation, SymbolRef, Value
+from ..ir import Block, Operation, Value, has_effects
 
 
 def replace_uses(block: Block, mapping: dict[int, Value]) -> None:
@@ -40,11 +40,6 @@ def replace_value_after(ops: list[Operation], results: list[Value], old: Value, 
     results[:] = [new if v is old else v for v in results]
 
 
-def has_effects(op: Operation) -> bool:
-    """Ops whose order matters beyond their operands: no results, or touching a module symbol."""
-    return not op.results or any(isinstance(a, SymbolRef) for a in op.attrs.values())
-
-
 def in_order(block: Block) -> bool:
     """Whether every operand is defined before its use."""
     defined = set(map(id, block.args))
@@ -56,41 +51,38 @@ def in_order(block: Block) -> bool:
     return True
 
 
+def dependency_graph(block: Block) -> nx.DiGraph:
+    """Op indices of `block`, with an edge from each op to the ops that use its results and
+    from each op with effects to the next one (their order is kept)."""
+    ops = block.ops
+    g = nx.DiGraph()
+    g.add_nodes_from(range(len(ops)))
+    producer = {id(r): i for i, op in enumerate(ops) for r in op.results}
+    last_effect = None
+    for i, op in enumerate(ops):
+        g.add_edges_from((producer[id(v)], i) for v in op.operands if id(v) in producer)
+        if has_effects(op):
+            if last_effect is not None:
+                g.add_edge(last_effect, i)
+            last_effect = i
+    return g
+
+
 def topological_sort(block: Block) -> None:
     """Re-order `block.ops` so values are defined before use, otherwise keeping their order.
 
-    Ops with effects keep their relative order. Raises RuntimeError on a dependency cycle.
-    """
+    Ops with effects keep their relative order. Raises RuntimeError naming the ops of a
+    dependency cycle."""
     if in_order(block):
         return
-    ops = block.ops
-    producer = {id(r): i for i, op in enumerate(ops) for r in op.results}
-    users: list[list[int]] = [[] for _ in ops]
-    pending = [0] * len(ops)
-    last_effect = None
-    for i, op in enumerate(ops):
-        deps = {producer[id(v)] for v in op.operands if id(v) in producer}
-        if has_effects(op):
-            if last_effect is not None:
-                deps.add(last_effect)
-            last_effect = i
-        deps.discard(i)
-        pending[i] = len(deps)
-        for d in deps:
-            users[d].append(i)
-    ready = [i for i in range(len(ops)) if pending[i] == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        i = heapq.heappop(ready)
-        out.append(ops[i])
-        for u in users[i]:
-            pending[u] -= 1
-            if pending[u] == 0:
-                heapq.heappush(ready, u)
-    if len(out) != len(ops):
-        raise RuntimeError("internal error: a rewrite created a dependency cycle")
-    block.ops[:] = out
+    g = dependency_graph(block)
+    try:
+        order = list(nx.lexicographical_topological_sort(g))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(g)
+        names = " -> ".join(f"{block.ops[a].name} (op {a})" for a, _ in cycle)
+        raise RuntimeError(f"internal error: a rewrite created a dependency cycle: {names}") from None
+    block.ops[:] = [block.ops[i] for i in order]
 
 
 def freeze(value: Any) -> Any:

@@ -1,6 +1,6 @@
 """`strategax-dump [--out DIR] SCRIPT.py [ARGS...]`: run a script and write, for every function
 it compiles, the IR before and after each pass, the lowered StableHLO, the compiled HLO,
-`summary.txt` and a DOT graph (see `strategax.compiler.dump`)."""
+`summary.txt` and a DOT graph (see `strategax.trace.dump`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..compiler.dump import ENV
+from ..trace.dump import ENV
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,117 @@
+"""The one owner of thread-local state: the stack of strategy contexts (which strategy is
+current, replica or cross-replica), how deep strategax traces are nested, the variable
+session of the trace in progress, and the padded batch it traces. `tracing(...)` pushes
+everything a trace needs at once; the public context functions live in `distribute.context`.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+
+@dataclass
+class Entry:
+    """One level of the context stack."""
+
+    strategy: Any
+    replica_context: Any = None  # a ReplicaContext, or None in cross-replica context
+    in_merge: bool = False  # inside merge_call's merge_fn
+    is_global: bool = False  # set by experimental_set_strategy, not by a `with` block
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.stack: list[Entry] = []
+        self.depth = 0  # strategax traces in progress
+        self.sessions: list[Any] = []  # the variable session of each trace in progress
+        self.batches: list[tuple[Any, int | None]] = []  # (real row count, padded rows) per trace
+
+
+_state = _State()
+_default_factory: Callable[[], Any] | None = None
+
+
+# --- the strategy stack ------------------------------------------------------------------
+def current() -> Entry | None:
+    """The innermost context entry, or None outside every scope."""
+    return _state.stack[-1] if _state.stack else None
+
+
+@contextlib.contextmanager
+def push(strategy, replica_context=None, in_merge: bool = False) -> Iterator[None]:
+    """Enter `strategy`'s replica context (given one) or its cross-replica context."""
+    _state.stack.append(Entry(strategy, replica_context, in_merge))
+    try:
+        yield
+    finally:
+        _state.stack.pop()
+
+
+def set_global(strategy) -> bool:
+    """Make `strategy` current below every scope (None: drop it); False inside a scope."""
+    while _state.stack and _state.stack[0].is_global:
+        _state.stack.pop(0)
+    if strategy is None:
+        return True
+    if _state.stack:
+        return False
+    _state.stack.insert(0, Entry(strategy, is_global=True))
+    return True
+
+
+def set_default_strategy_factory(factory: Callable[[], Any]) -> None:
+    """Who makes the default strategy (`distribute.default_strategy` registers itself)."""
+    global _default_factory
+    _default_factory = factory
+
+
+def strategy() -> Any:
+    """The current strategy: the innermost entry's, else the default one."""
+    entry = current()
+    return entry.strategy if entry is not None else _default_factory()
+
+
+def has_strategy() -> bool:
+    """True inside any non-default strategy's scope or replica function."""
+    entry = current()
+    return entry is not None and not getattr(entry.strategy, "_is_default", False)
+
+
+def in_replica_context() -> bool:
+    entry = current()
+    return entry is not None and entry.replica_context is not None
+
+
+# --- traces ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def tracing(strategy, session, batch: tuple[Any, int | None] = (None, None)) -> Iterator[None]:
+    """While a strategax program is traced: `strategy` in cross-replica context, the trace's
+    variable `session`, and its padded batch (this replica's real row count, padded rows)."""
+    _state.stack.append(Entry(strategy))
+    _state.depth += 1
+    _state.sessions.append(session)
+    _state.batches.append(batch)
+    try:
+        yield
+    finally:
+        _state.batches.pop()
+        _state.sessions.pop()
+        _state.depth -= 1
+        _state.stack.pop()
+
+
+def is_tracing() -> bool:
+    """Whether a strategax program is being traced (so `run` inlines rather than compiles)."""
+    return _state.depth > 0
+
+
+def session() -> Any:
+    """The variable session of the innermost trace, or None."""
+    return _state.sessions[-1] if _state.sessions else None
+
+
+def batch() -> tuple[Any, int | None]:
+    """(real row count, padded rows) of the batch being traced, or (None, None)."""
+    return _state.batches[-1] if _state.batches else (None, None)

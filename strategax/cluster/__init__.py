@@ -1,0 +1,10 @@
+"""Where the workers of a multi-worker job are (cluster resolvers, TensorFlow's TF_CONFIG) and
+this process's runtime among them (step bounds, liveness, lost-worker errors)."""
+from .base import ClusterResolver, SimpleClusterResolver
+from .cluster_spec import ClusterSpec
+from .errors import ClusterConfigError
+from .runtime import WorkerLostError, WorkerRuntime
+from .tf_config import TFConfigClusterResolver
+
+__all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "SimpleClusterResolver",
+           "TFConfigClusterResolver", "WorkerLostError", "WorkerRuntime"]

@@ -1,0 +1,195 @@
+"""strategax's own ops (`sx.*`): constants and the cross-replica operations.
+
+Each op is whole here: its declaration (`OpDef`), its JAX primitive (what tracing binds, named
+like the op so the importer turns it into that op), abstract evaluation with the collective
+effect, AD (TensorFlow's rule: the gradient of an all_reduce is the same all_reduce of the
+gradient), batching, the JAX lowering (inside `shard_map` over the `replica` axis) and the
+reference-interpreter rule (a list holding one value per replica).
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import core as jax_core
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching
+
+from ..errors import DistributionValueError
+from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Str, declare
+from .effects import COLLECTIVE
+from .jax_ops import register_primitive
+from .registry import LOWERINGS, REFERENCE
+
+REDUCE_OPS = ("sum", "mean", "max", "min")
+
+
+def mirrored(op, localities):
+    return [Locality.MIRRORED] * len(op.results)
+
+
+def per_replica(op, localities):
+    return [Locality.PER_REPLICA] * len(op.results)
+
+
+def same_type(op: Operation) -> str | None:
+    if not op.operands[0].type.same_tensor(op.results[0].type):
+        return f"result type {op.results[0].type} differs from operand type {op.operands[0].type}"
+    return None
+
+
+def primitive(name: str) -> Primitive:
+    """A strategax primitive, findable by the importer under its op name."""
+    p = Primitive(name)
+    p.def_impl(_no_impl)
+    register_primitive(p)
+    return p
+
+
+def _no_impl(*args, **params):
+    raise RuntimeError("strategax distribution primitives only run inside a compiled strategax "
+                       "program; call them inside strategy.run")
+
+
+# --- sx.constant: a literal array --------------------------------------------------------
+def _verify_constant(op: Operation) -> str | None:
+    value = op.attrs["value"]
+    if value.shape != op.result.type.shape or value.dtype != op.result.type.dtype:
+        return f"`value` is {value.dtype}{list(value.shape)} but the result is {op.result.type}"
+    return None
+
+
+declare(OpDef("sx.constant", "A literal array, the same on every replica.", num_operands=0,
+              num_results=1, attrs={"value": Attr("dense")}, locality=mirrored,
+              verify=_verify_constant))
+LOWERINGS["sx.constant"] = lambda op, args, ctx: [jnp.asarray(op.attrs["value"])]
+REFERENCE["sx.constant"] = lambda op, args, ctx: [[op.attrs["value"]] * ctx.num_replicas]
+
+
+# --- sx.replica_id: this replica's index in the sync group --------------------------------
+declare(OpDef("sx.replica_id", "`replica_id_in_sync_group`: this replica's index (i32[]).",
+              num_operands=0, num_results=1, attrs={}, locality=per_replica))
+replica_id_p = primitive("sx.replica_id")
+replica_id_p.def_abstract_eval(lambda: jax_core.ShapedArray((), np.dtype(np.int32)))
+LOWERINGS["sx.replica_id"] = lambda op, args, ctx: [lax.axis_index(ctx.axis_name).astype(jnp.int32)]
+REFERENCE["sx.replica_id"] = lambda op, args, ctx: [[np.int32(i) for i in ctx.replica_ids]]
+
+
+def replica_id():
+    """This replica's index (traced)."""
+    return replica_id_p.bind()
+
+
+# --- sx.all_reduce: every replica gets the reduction of all replicas' values ---------------
+declare(OpDef("sx.all_reduce", "Reduce (sum, mean, max, min) a value over all replicas.",
+              num_operands=1, num_results=1,
+              attrs={"op": Enum(*REDUCE_OPS), "reason": Str(),
+                     "bytes_per_pack": Int(minimum=0, required=False)},
+              locality=mirrored, verify=same_type, is_collective=True))
+all_reduce_p = primitive("sx.all_reduce")
+all_reduce_p.def_effectful_abstract_eval(
+    lambda x, **params: (jax_core.ShapedArray(x.shape, x.dtype), {COLLECTIVE}))
+
+
+def _all_reduce_transpose(ct, x, *, op, reason, **extra):
+    if op not in ("sum", "mean"):
+        raise TypeError(f"all_reduce({op.upper()}) is not differentiable; use SUM or MEAN")
+    return [all_reduce_p.bind(ct, op=op, reason=f"gradient of {reason}", **extra)]
+
+
+ad.deflinear2(all_reduce_p, _all_reduce_transpose)
+# A reduction over replicas is elementwise in every other axis: a batch of values reduces as one.
+batching.primitive_batchers[all_reduce_p] = lambda args, dims, **params: (
+    all_reduce_p.bind(*args, **params), dims[0])
+
+_LAX_REDUCE = {"sum": lax.psum, "mean": lax.pmean, "max": lax.pmax, "min": lax.pmin}
+
+
+def reduce_over_replicas(kind: str, x, axis_name):
+    """The lax collective for reduce op `kind`."""
+    return _LAX_REDUCE[kind](x, axis_name)
+
+
+def reference_reduce(kind: str, values: list) -> np.ndarray:
+    """The reduction of one value per replica, as the reference interpreter computes it."""
+    stacked = np.stack([np.asarray(x) for x in values])
+    if kind == "mean":
+        total = stacked.sum(0)
+        out = total / len(values) if jnp.issubdtype(stacked.dtype, jnp.inexact) else total // len(values)
+    else:
+        out = {"sum": stacked.sum, "max": stacked.max, "min": stacked.min}[kind](0)
+    return np.asarray(out, dtype=stacked.dtype)
+
+
+LOWERINGS["sx.all_reduce"] = lambda op, args, ctx: [
+    reduce_over_replicas(op.attrs["op"], args[0], ctx.axis_name)]
+REFERENCE["sx.all_reduce"] = lambda op, args, ctx: [
+    [reference_reduce(op.attrs["op"], args[0])] * len(args[0])]
+
+
+def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None):
+    """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
+    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group)."""
+    extra = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
+    return all_reduce_p.bind(jnp.asarray(x), op=op, reason=reason, **extra)
+
+
+# --- sx.all_gather: every replica gets all replicas' values concatenated along `axis` ------
+def _verify_all_gather(op: Operation) -> str | None:
+    src, dst = op.operands[0].type, op.results[0].type
+    axis = op.attrs["axis"]
+    if not 0 <= axis < max(len(src.shape), 1):
+        return f"`axis` {axis!r} is out of range for {src}"
+    if src.dtype != dst.dtype or len(src.shape) != len(dst.shape) or any(
+            a != b for i, (a, b) in enumerate(zip(src.shape, dst.shape)) if i != axis):
+        return f"result type {dst} is not operand type {src} gathered along axis {axis}"
+    return None
+
+
+declare(OpDef("sx.all_gather", "Concatenate every replica's value along `axis`.",
+              num_operands=1, num_results=1,
+              attrs={"axis": Int(minimum=0), "reason": Str(), "num_replicas": Int(1, required=False)},
+              locality=mirrored, verify=_verify_all_gather, is_collective=True))
+all_gather_p = primitive("sx.all_gather")
+
+
+def _all_gather_abstract(x, *, axis, num_replicas, reason):
+    shape = list(x.shape)
+    shape[axis] *= num_replicas
+    return jax_core.ShapedArray(tuple(shape), x.dtype), {COLLECTIVE}
+
+
+all_gather_p.def_effectful_abstract_eval(_all_gather_abstract)
+
+
+def _all_gather_transpose(ct, x, *, axis, num_replicas, reason):
+    # Each replica's piece receives the sum over replicas of that piece's cotangent.
+    total = all_reduce_p.bind(ct, op="sum", reason=f"gradient of {reason}")
+    size = total.shape[axis] // num_replicas
+    start = replica_id() * size
+    return [lax.dynamic_slice_in_dim(total, start, size, axis)]
+
+
+ad.deflinear2(all_gather_p, _all_gather_transpose)
+
+
+def _all_gather_batch(args, dims, *, axis, num_replicas, reason):
+    # The gathered axis moves one place right when the batch axis sits before it.
+    (x,), (b,) = args, dims
+    return all_gather_p.bind(x, axis=axis + (b <= axis), num_replicas=num_replicas, reason=reason), b
+
+
+batching.primitive_batchers[all_gather_p] = _all_gather_batch
+LOWERINGS["sx.all_gather"] = lambda op, args, ctx: [
+    lax.all_gather(args[0], ctx.axis_name, axis=op.attrs["axis"], tiled=True)]
+REFERENCE["sx.all_gather"] = lambda op, args, ctx: [
+    [np.concatenate([np.asarray(x) for x in args[0]], axis=op.attrs["axis"])] * len(args[0])]
+
+
+def all_gather(x, axis: int, num_replicas: int, reason: str):
+    """Every replica's `x` concatenated along `axis` (traced)."""
+    x = jnp.asarray(x)
+    if x.ndim == 0:
+        raise DistributionValueError("all_gather of a scalar: there is no axis to concatenate along",
+                                     "gather a value of rank >= 1 (e.g. x[None])")
+    return all_gather_p.bind(x, axis=axis % x.ndim, num_replicas=num_replicas, reason=reason)

@@ -1,0 +1,56 @@
+"""The default strategy: what is current outside any scope. One replica, no communication."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .. import _context
+from .reduce_op import ReduceOp
+from .replica_context import DefaultReplicaContext
+from .strategy import Strategy
+
+
+class DefaultStrategy(Strategy):
+    """A single-replica no-op strategy on the default device; `run` just calls `fn`."""
+
+    _is_default = True
+
+    def __init__(self):
+        super().__init__([jax.devices()[0]])
+
+    def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
+        with _context.push(self, DefaultReplicaContext(self)):
+            return fn(*args, **(kwargs or {}))
+
+    def reduce(self, reduce_op, value: Any, axis: int | None = None):
+        op = ReduceOp.parse(reduce_op)
+        if axis is None:
+            return value
+        reducer = jnp.mean if op is ReduceOp.MEAN else jnp.sum
+        return jax.tree_util.tree_map(lambda x: reducer(x, axis=axis), value)
+
+    def gather(self, value: Any, axis: int):
+        return value
+
+    def experimental_local_results(self, value: Any) -> tuple:
+        return (value,)
+
+    @contextlib.contextmanager
+    def scope(self):
+        yield self
+
+
+_DEFAULT: DefaultStrategy | None = None
+
+
+def default_strategy() -> DefaultStrategy:
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = DefaultStrategy()
+    return _DEFAULT
+
+
+_context.set_default_strategy_factory(default_strategy)

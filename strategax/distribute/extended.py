@@ -1,0 +1,141 @@
+"""`strategy.extended`: the StrategyExtended API (reductions to destinations, updates of
+variables in cross-replica context, colocation, device attributes)."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .. import _context
+from ..dialects import collectives
+from ..errors import DistributionValueError
+from ..trace.distributed_values import Mirrored, PerReplica, is_distributed
+from . import context
+from .reduce_op import ReduceOp
+
+
+def _is_device_string(destinations) -> bool:
+    return isinstance(destinations, str)
+
+
+class StrategyExtended:
+    """Additional APIs for algorithms that need to be distribution-aware."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    @property
+    def worker_devices(self) -> tuple:
+        return tuple(self._strategy._devices)
+
+    @property
+    def parameter_devices(self) -> tuple:
+        return tuple(self._strategy._devices)
+
+    experimental_require_static_shapes = False
+    experimental_between_graph = False
+    should_checkpoint = True
+    should_save_summary = True
+    experimental_should_init = True
+
+    def call_for_each_replica(self, fn, args=(), kwargs=None):
+        """Same as `strategy.run`."""
+        return self._strategy.run(fn, args, kwargs)
+
+    # --- reductions ------------------------------------------------------------------------
+    def reduce_to(self, reduce_op, value: Any, destinations: Any, options=None):
+        """Reduce a distributed value across replicas to `destinations` (a Mirrored result)."""
+        return self.batch_reduce_to(reduce_op, [(value, destinations)], options)[0]
+
+    def batch_reduce_to(self, reduce_op, value_destination_pairs: Sequence, options=None) -> list:
+        """`reduce_to` of many values; with `options.bytes_per_pack` the reductions are bucketed."""
+        context.require_cross_replica("extended.batch_reduce_to")
+        op = ReduceOp.parse(reduce_op)
+        pairs = list(value_destination_pairs)
+        for value, _ in pairs:
+            if not is_distributed(value) and op is ReduceOp.SUM and self._strategy.num_replicas_in_sync > 1:
+                raise DistributionValueError(
+                    "extended.reduce_to(SUM, ...) of a value that is not distributed (TensorFlow "
+                    "raises here too: every replica would add the same value)",
+                    "pass the PerReplica value from strategy.run, or use MEAN")
+        if not _context.is_tracing():
+            values = [v for v, _ in pairs]
+            if not any(is_distributed(v) for v in values):
+                return values
+            reduced = self._strategy.function(
+                lambda vs: self.batch_reduce_to(op, [(v, None) for v in vs], options),
+                name="batch_reduce_to")(values)
+            return [r if not _is_device_string(d) or not is_distributed(r) else r.values[0]
+                    for r, (_, d) in zip(reduced, pairs)]
+        bytes_per_pack = None if options is None else options.bytes_per_pack
+        out = []
+        for value, _ in pairs:
+            if not is_distributed(value):
+                out.append(value)
+                continue
+            out.append(Mirrored._traced(collectives.all_reduce(
+                value._local, op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
+        return out
+
+    def broadcast_to(self, tensor: Any, destinations: Any):
+        """`tensor` (the same everywhere in cross-replica code) as a Mirrored value."""
+        if _context.is_tracing():
+            return Mirrored._traced(jnp.asarray(tensor))
+        return Mirrored(tuple(jax.device_put(jnp.asarray(tensor), d) for d in self._strategy._devices))
+
+    # --- updates ---------------------------------------------------------------------------
+    def _update_args(self, args: Any) -> Any:
+        def unwrap(x):
+            if isinstance(x, PerReplica):
+                raise DistributionValueError(
+                    "a PerReplica value was passed to extended.update: every copy of a mirrored "
+                    "variable must receive the same value",
+                    "reduce it first (extended.reduce_to / batch_reduce_to)")
+            if is_distributed(x):
+                return x._local if x._local is not None else x.values[0]
+            return x
+        return jax.tree_util.tree_map(unwrap, args, is_leaf=is_distributed)
+
+    def update(self, var, fn: Callable, args=(), kwargs=None, group: bool = True):
+        """Run `fn(var, *args, **kwargs)` in cross-replica (update) context; args must be mirrored."""
+        context.require_cross_replica("extended.update")
+        args, kwargs = self._update_args((tuple(args), kwargs or {}))
+        with _context.push(self._strategy):
+            result = fn(var, *args, **kwargs)
+        return self._group(result, group)
+
+    def update_non_slot(self, colocate_with, fn: Callable, args=(), kwargs=None, group: bool = True):
+        """Run `fn(*args, **kwargs)` once in cross-replica context (e.g. to bump a step counter)."""
+        context.require_cross_replica("extended.update_non_slot")
+        args, kwargs = self._update_args((tuple(args), kwargs or {}))
+        with _context.push(self._strategy):
+            result = fn(*args, **kwargs)
+        return self._group(result, group)
+
+    def _group(self, result, group: bool):
+        if group:
+            return result
+        n = self._strategy.num_replicas_in_sync
+        return tuple(result for _ in range(n))
+
+    # --- variables -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def colocate_vars_with(self, variable):
+        """Variables created here live where `variable` lives (every replica's device)."""
+        yield
+
+    def non_slot_devices(self, var_list) -> tuple:
+        return tuple(self._strategy._devices)
+
+    def read_var(self, v):
+        """The cross-replica value of `v` (aggregated for a sync-on-read variable)."""
+        return v.read_value()
+
+    def value_container(self, value):
+        """The distributed variable a component belongs to (`value` itself otherwise)."""
+        return getattr(value, "_container", value)
+
+    def variable_created_in_scope(self, v) -> bool:
+        return getattr(v, "_strategy", None) is self._strategy

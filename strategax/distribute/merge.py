@@ -1,0 +1,57 @@
+"""`ReplicaContext.merge_call`: pause the replicas, run `merge_fn` once in cross-replica context.
+
+While tracing, "once" means once in the program every replica runs: `merge_fn` receives a
+`PerReplica` view of each traced argument (its local value), so `strategy.reduce`,
+`extended.reduce_to`/`batch_reduce_to` and `experimental_local_results` inside it become IR
+collectives, and variable updates inside it are cross-replica updates. Its results go back to
+every replica; a `PerReplica` result gives replica i its component i.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+
+from .. import _context
+from ..errors import DistributionRuntimeError
+from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
+
+
+def _to_per_replica(x: Any) -> Any:
+    if is_distributed(x) or getattr(x, "_is_variable", False):
+        return x
+    if isinstance(x, (jax.Array, jax.core.Tracer)) or hasattr(x, "shape") and hasattr(x, "dtype"):
+        return PerReplica._traced(x)
+    return x  # a Python value: the same object on every replica
+
+
+def _to_local(x: Any) -> Any:
+    if isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False):
+        if x._local is None:
+            raise DistributionRuntimeError(
+                "merge_fn returned a distributed value that was not computed in this program",
+                "return values computed from merge_fn's arguments")
+        return x._local
+    return x
+
+
+def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None) -> Any:
+    """Run `merge_fn(strategy, *args, **kwargs)` in cross-replica context; see the module doc."""
+    strategy = replica_context.strategy
+    kwargs = kwargs or {}
+    entry = _context.current()
+    if entry is not None and entry.in_merge:
+        raise DistributionRuntimeError(
+            "merge_call was called inside merge_fn (a nested merge_call)",
+            "merge_fn already runs in cross-replica context: call what you need directly there")
+    if entry is None or entry.replica_context is None:
+        raise DistributionRuntimeError("merge_call was called outside a replica function",
+                                       "call it inside the function given to strategy.run")
+    if not _context.is_tracing():  # the default strategy: one replica, nothing to merge
+        with _context.push(strategy, None, in_merge=True):
+            return merge_fn(strategy, *args, **kwargs)
+    leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731
+    wrapped_args, wrapped_kwargs = jax.tree_util.tree_map(_to_per_replica, (tuple(args), kwargs), is_leaf=leaf)
+    with _context.push(strategy, None, in_merge=True):
+        result = merge_fn(strategy, *wrapped_args, **wrapped_kwargs)
+    return jax.tree_util.tree_map(_to_local, result, is_leaf=leaf)

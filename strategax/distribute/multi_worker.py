@@ -1,0 +1,121 @@
+"""`MultiWorkerMirroredStrategy`: one process per worker on JAX's own distributed runtime.
+
+The cluster comes from a cluster resolver (TF_CONFIG by default). With more than one worker,
+`jax.distributed.initialize` is called once with worker 0 as coordinator and CPU collectives
+go through gloo; the replicas are all devices of all workers (worker-major), and this
+process holds, feeds and sees only its own replicas' components.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..cluster import ClusterResolver, TFConfigClusterResolver, WorkerRuntime
+from ..errors import DistributionRuntimeError, DistributionValueError
+from .extended import StrategyExtended
+from .multi_worker_input import MultiWorkerInputMixin
+from .options import CommunicationOptions
+from .strategy import Strategy
+
+_initialized: tuple | None = None  # (addresses, index) jax.distributed was initialised with
+
+
+def _initialize_distributed(addresses: list[str], index: int, timeout: float | None) -> None:
+    """jax.distributed.initialize with worker 0 as coordinator, once per process."""
+    global _initialized
+    if _initialized is not None:
+        if _initialized != (tuple(addresses), index):
+            raise DistributionRuntimeError(
+                f"this process already joined the cluster {list(_initialized[0])} as worker {_initialized[1]}",
+                "create every MultiWorkerMirroredStrategy of a process from the same cluster description")
+        return
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        raise DistributionRuntimeError(
+            "MultiWorkerMirroredStrategy joins the cluster before JAX starts its backend, but this "
+            "process already ran JAX computations (or listed its devices)",
+            "create the strategy at the start of the program, before any other JAX call")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's coordination service aborts every process once a peer misses heartbeats: let the
+    # step bound (timeout_seconds) fire first, so the survivor names the lost worker itself.
+    beat = math.ceil(timeout) + 10 if timeout is not None else 100
+    jax.distributed.initialize(coordinator_address=addresses[0], num_processes=len(addresses),
+                               process_id=index, initialization_timeout=120,
+                               heartbeat_timeout_seconds=beat, shutdown_timeout_seconds=beat)
+    _initialized = (tuple(addresses), index)
+
+
+class MultiWorkerExtended(StrategyExtended):
+    """As TensorFlow's: this worker's devices; only the chief (worker 0) checkpoints and
+    writes summaries; every worker runs its own copy of the program (between-graph)."""
+
+    experimental_between_graph = True
+
+    @property
+    def worker_devices(self) -> tuple:
+        s = self._strategy
+        return tuple(s._devices[i] for i in s._local_replica_ids)
+
+    @property
+    def should_checkpoint(self) -> bool:
+        return self._strategy._worker_index == 0
+
+    should_save_summary = should_checkpoint
+
+
+class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
+    """Synchronous data parallelism over the devices of several worker processes."""
+
+    def __init__(self, cluster_resolver=None, communication_options: CommunicationOptions | None = None):
+        if cluster_resolver is None:
+            cluster_resolver = TFConfigClusterResolver()
+        if not isinstance(cluster_resolver, ClusterResolver):
+            raise DistributionValueError(f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",
+                                         "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
+        if communication_options is None:
+            communication_options = CommunicationOptions()
+        self._cluster_resolver = cluster_resolver
+        self._communication_options = communication_options
+        addresses = cluster_resolver.worker_addresses()
+        self._num_workers = max(1, len(addresses))
+        self._worker_index = cluster_resolver.worker_index()
+        self._runtime = None
+        if self._num_workers > 1:
+            _initialize_distributed(addresses, self._worker_index, communication_options.timeout_seconds)
+            self._runtime = WorkerRuntime(addresses, self._worker_index, communication_options.timeout_seconds)
+            devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+        else:
+            devices = list(jax.local_devices())
+        super().__init__(devices)
+        self._extended = MultiWorkerExtended(self)
+
+    @property
+    def cluster_resolver(self):
+        return self._cluster_resolver
+
+    @property
+    def _local_replica_ids(self) -> list[int]:
+        me = jax.process_index()
+        return [i for i, d in enumerate(self._devices) if d.process_index == me]
+
+    def _execute(self, executable, args: list) -> Any:
+        if self._runtime is None:
+            return executable(*args)
+        args = [_globalize(a, lay) for a, lay in zip(args, executable.in_layouts)]
+        return self._runtime.call(lambda: executable(*args), id(executable))
+
+    def __repr__(self) -> str:
+        return (f"MultiWorkerMirroredStrategy(worker {self._worker_index} of {self._num_workers}, "
+                f"{self.num_replicas_in_sync} replicas)")
+
+
+def _globalize(x, layout) -> jax.Array:
+    """A mirrored argument held by this process alone, as a global array over every worker."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        return x
+    host = np.asarray(x)
+    return jax.make_array_from_callback(layout.global_shape, layout.sharding, lambda index: host[index])

@@ -1,0 +1,70 @@
+"""`ReplicaContext`: what a replica function sees (its id, the replica count, collectives)."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ..dialects import collectives
+from .merge import merge_call
+from .reduce_op import ReduceOp
+
+
+class ReplicaContext:
+    """The context inside `strategy.run`: `sx.get_replica_context()` returns it."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    @property
+    def strategy(self):
+        return self._strategy
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return self._strategy.num_replicas_in_sync
+
+    @property
+    def devices(self) -> tuple:
+        return tuple(self._strategy.extended.worker_devices)
+
+    @property
+    def replica_id_in_sync_group(self):
+        """This replica's index, an int32 scalar (traced: it differs per replica)."""
+        return collectives.replica_id()
+
+    def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
+        """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
+        op = ReduceOp.parse(reduce_op).ir_name
+        pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
+        return jax.tree_util.tree_map(
+            lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
+
+    def all_gather(self, value: Any, axis: int, options=None) -> Any:
+        """Every replica gets all replicas' values concatenated along `axis`."""
+        n = self.num_replicas_in_sync
+        return jax.tree_util.tree_map(
+            lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
+
+    def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
+        """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""
+        return merge_call(self, merge_fn, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"ReplicaContext(strategy={type(self._strategy).__name__}, replicas={self.num_replicas_in_sync})"
+
+
+class DefaultReplicaContext(ReplicaContext):
+    """The replica context of the default strategy: one replica, collectives are identities."""
+
+    @property
+    def replica_id_in_sync_group(self):
+        return jnp.int32(0)
+
+    def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
+        ReduceOp.parse(reduce_op)
+        return value
+
+    def all_gather(self, value: Any, axis: int, options=None) -> Any:
+        return value

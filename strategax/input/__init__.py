@@ -1,0 +1,10 @@
+"""Distributed input: datasets split across replicas as TensorFlow splits them, padded to one
+static shape with each replica's real row count, placed on the devices ahead of use."""
+from .context import InputContext
+from .dataset import DistributedDataset, DistributedIterator
+from .from_function import DatasetsFromFunction
+from .numpy_dataset import NumpyDataset
+from .options import InputOptions
+
+__all__ = ["DatasetsFromFunction", "DistributedDataset", "DistributedIterator", "InputContext",
+           "InputOptions", "NumpyDataset"]

@@ -1,0 +1,153 @@
+"""Distributed input: `experimental_distribute_dataset` splits each global batch across the
+replicas as TensorFlow does (see `split`), pads the pieces to one static row count with a
+hidden per-replica count (`padding`), and places them on the devices (`place`), ahead of use
+in a background thread (`prefetch`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import jax
+import numpy as np
+
+from ..errors import DistributionTypeError, DistributionValueError
+from ..trace.distributed_values import is_distributed
+from .options import InputOptions
+from .place import place_split
+from .prefetch import Prefetcher, Synchronous
+from .split import BatchError, batch_leaves, split_sizes
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape (None for the per-replica batch axis) and dtype of one leaf of an element."""
+    shape: tuple
+    dtype: np.dtype
+
+
+def check_iterable(dataset: Any, what: str = "dataset") -> None:
+    """Non-iterable input fails where the user hands it over."""
+    if hasattr(dataset, "as_numpy_iterator"):
+        return
+    try:
+        iter(dataset)
+    except TypeError:
+        raise DistributionTypeError(
+            f"the {what} is a {type(dataset).__name__}, which is not iterable",
+            "pass an iterable of batches (a list, a generator function's result, a "
+            "tf.data.Dataset)") from None
+
+
+def host_iterator(dataset: Any) -> Iterator:
+    """Iterate a tf.data.Dataset (duck-typed, TensorFlow never imported) or any iterable."""
+    if hasattr(dataset, "as_numpy_iterator"):
+        return iter(dataset.as_numpy_iterator())
+    return iter(dataset)
+
+
+def spec_of(element: Any) -> Any:
+    """`element_spec` of a placed element: per-replica TensorSpecs with an unknown batch axis."""
+    def one(v):
+        t = v._global[1].type
+        shape = (None, *t.shape[1:]) if t.shape and getattr(v, "_counts", None) is not None else t.shape
+        return TensorSpec(tuple(shape), np.dtype(t.dtype))
+    return jax.tree_util.tree_map(one, element, is_leaf=is_distributed)
+
+
+class DistributedIterator:
+    """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work."""
+
+    def __init__(self, strategy, produce: Callable[[], Iterator], options: InputOptions):
+        self._strategy = strategy
+        self._source = (Prefetcher(produce, options.experimental_per_replica_buffer_size)
+                        if options.experimental_fetch_to_device else Synchronous(produce))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._strategy._finalize_outputs(next(self._source))
+
+    def get_next(self):
+        return next(self)
+
+    def close(self) -> None:
+        self._source.close()
+
+    def __del__(self):
+        try:
+            self._source.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _resume(first: Any, rest: Iterator) -> Iterator:
+    yield first
+    yield from rest
+
+
+def is_one_shot(source: Any) -> bool:
+    """A source that iterates only once (a generator, an iterator) rather than restarting."""
+    return not hasattr(source, "as_numpy_iterator") and iter(source) is source
+
+
+class _Dataset:
+    """What the distributed datasets share: iterating restarts; `element_spec` from the first element."""
+
+    def __init__(self, strategy, options: InputOptions | None):
+        self._strategy = strategy
+        self._options = options or InputOptions()
+        self._spec = None
+        self._pending = None  # (first element, rest) read by element_spec from a one-shot source
+
+    def _produce(self) -> Iterator:
+        raise NotImplementedError
+
+    def _one_shot(self) -> bool:
+        raise NotImplementedError
+
+    def __iter__(self) -> DistributedIterator:
+        pending, self._pending = self._pending, None
+        produce = self._produce if pending is None else (lambda: _resume(*pending))
+        return DistributedIterator(self._strategy, produce, self._options)
+
+    @property
+    def element_spec(self) -> Any:
+        """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the first element)."""
+        if self._spec is None:
+            it = self._produce()
+            try:
+                first = next(it)
+            except BatchError as e:
+                raise e.user_error() from None
+            except StopIteration:
+                raise DistributionValueError("the dataset is empty, so it has no element_spec",
+                                             "give the dataset at least one batch") from None
+            self._spec = spec_of(first)
+            if self._one_shot():  # keep what was read: the next iteration starts with it
+                self._pending = (first, it)
+            else:
+                it.close()
+        return self._spec
+
+
+class DistributedDataset(_Dataset):
+    """Iterating yields, per global batch, a pytree of PerReplica values placed on the devices."""
+
+    def __init__(self, strategy, dataset: Any, options: InputOptions | None = None):
+        check_iterable(dataset)
+        super().__init__(strategy, options)
+        self._dataset = dataset
+
+    def _one_shot(self) -> bool:
+        return is_one_shot(self._dataset)
+
+    def _produce(self) -> Iterator:
+        mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync
+        treedef, rows = None, 0
+        for batch in host_iterator(self._dataset):
+            leaves, tree, b = batch_leaves(batch, treedef)
+            treedef = tree
+            counts = split_sizes(b, n)
+            rows = max(rows, counts[0], 1)  # the first (full) batch fixes the static row count
+            yield place_split(mesh, leaves, treedef, counts, rows)

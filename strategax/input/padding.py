@@ -1,0 +1,79 @@
+"""Partial batches: per-replica batches are padded to one static row count and carry each
+replica's real row count, passed to the compiled program as a hidden input (see
+`trace.distributed_values.PerReplicaBatch`). While a program is traced the count is visible
+through `strategax._context.batch()`; the helpers here use it so padded rows count for
+nothing in `strategy.reduce(..., axis=0)`, and trim what `reduce`/`gather` hand back.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _context
+from ..dialects.collectives import all_reduce
+from ..errors import DistributionValueError
+from ..trace.distributed_values import PerReplicaBatch, is_distributed
+
+
+def batch_mask(x) -> jax.Array:
+    """Boolean [rows] mask of this replica's real rows of `x` (all True without padding)."""
+    rows = jnp.shape(x)[0]
+    count, padded = _context.batch()
+    if count is None or rows != padded:
+        return jnp.ones((rows,), bool)
+    return jnp.arange(rows) < count
+
+
+def mask_rows(x, mask):
+    """`x` with the rows where `mask` is False replaced by zeros."""
+    x = jnp.asarray(x)
+    return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, jnp.zeros((), x.dtype))
+
+
+def reduce_rows(op_name: str, local, axis: int):
+    """`strategy.reduce(op, v, axis=0)` of a per-example value: masked sum over real rows, and
+    for MEAN a division by the real global row count; None when `local` is not per-example."""
+    count, rows = _context.batch()
+    if count is None or axis != 0 or jnp.ndim(local) == 0 or jnp.shape(local)[0] != rows:
+        return None
+    mask = jnp.arange(rows) < count
+    total = all_reduce(jnp.sum(mask_rows(local, mask), axis=0), "sum", "Strategy.reduce")
+    if op_name == "sum":
+        return total
+    n = all_reduce(count.astype(total.dtype) if jnp.issubdtype(total.dtype, jnp.floating)
+                   else count.astype(jnp.float32), "sum", "Strategy.reduce")
+    return total / jnp.maximum(n, 1)
+
+
+def check_even(value: Any) -> None:
+    """`reduce(op, v)` without axis combines row by row: replicas' real row counts must agree."""
+    for v in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
+        if isinstance(v, PerReplicaBatch) and len(set(v._counts)) > 1:
+            raise DistributionValueError(
+                f"strategy.reduce without axis combines the replicas' values row by row, but their "
+                f"real row counts differ ({list(v._counts)}) in this partial batch (TensorFlow raises too)",
+                "reduce over the batch axis (axis=0), or reduce per-replica scalars such as losses")
+
+
+def trim_reduced(value: Any, result: Any) -> Any:
+    """`reduce(op, v)` without axis of a padded per-example `v`: drop the padded rows of the
+    result (replicas with equal real row counts combine row by row, as in TensorFlow)."""
+    def one(v, r):
+        if isinstance(v, PerReplicaBatch) and max(v._counts) < v._rows:
+            return r[:max(v._counts)]
+        return r
+    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)
+
+
+def trim_gathered(value: Any, result: Any, axis: int) -> Any:
+    """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
+    def one(v, r):
+        if not isinstance(v, PerReplicaBatch) or axis % max(len(v._global[1].type.shape), 1) != 0 \
+                or min(v._counts) == v._rows:
+            return r
+        index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])
+        return jnp.asarray(r)[index]
+    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)

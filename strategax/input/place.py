@@ -1,0 +1,105 @@
+"""Placing input on the replicas: per-replica pieces padded to one row count become one global
+array over the replica mesh (one transfer per leaf; a full, evenly split batch is used as is,
+without a host copy)."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from ..backends.layout import ReplicaLayout
+from ..ir import Locality, TensorType
+from ..trace.distributed_values import PerReplica, PerReplicaBatch
+
+
+def put(hosts: list[np.ndarray], shardings: list) -> list[jax.Array]:
+    """Global host arrays onto their shardings. Over several processes (a multi-worker job,
+    every worker holding the same global batch) each process fills only its own shards:
+    `jax.device_put` would check equality with a cross-process collective, which can
+    deadlock against a step running at the same time on another thread."""
+    if all(s.is_fully_addressable for s in shardings):
+        return jax.device_put(hosts, shardings)
+    return [jax.make_array_from_callback(h.shape, s, lambda index, h=h: h[index])
+            for h, s in zip(hosts, shardings)]
+
+
+def _canonical(x: np.ndarray) -> np.ndarray:
+    """`x` in the dtype JAX would give it (float64 becomes float32 unless x64 is enabled)."""
+    dtype = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_layout(mesh, shape: tuple, dtype: np.dtype) -> ReplicaLayout:
+    return ReplicaLayout(mesh, TensorType(shape, dtype, Locality.PER_REPLICA))
+
+
+def _layout(mesh, shape: tuple, dtype) -> ReplicaLayout:
+    """The per-replica layout of a [rows, ...] piece (one per shape: its sharding is reused)."""
+    return _cached_layout(mesh, tuple(shape), np.dtype(dtype))
+
+
+def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """The replicas' pieces, each padded with zero rows to `rows`, concatenated along axis 0."""
+    first = pieces[0]
+    out = np.zeros((rows * len(pieces), *first.shape[1:]), first.dtype)
+    for i, p in enumerate(pieces):
+        out[i * rows:i * rows + p.shape[0]] = p
+    return out
+
+
+def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> Any:
+    """A global batch split as `counts` (TensorFlow's split) into a pytree of PerReplicaBatch."""
+    n = len(counts)
+    count_value = place_counts(mesh, counts)
+    hosts = []
+    for x in leaves:
+        x = _canonical(x)
+        if x.shape[0] == rows * n:
+            hosts.append(x)  # evenly split and full: the batch is the global array already
+        else:
+            offsets = np.cumsum([0, *counts])
+            hosts.append(padded_host([x[offsets[i]:offsets[i + 1]] for i in range(n)], rows))
+    return jax.tree_util.tree_unflatten(treedef, _place_all(mesh, hosts, rows, counts, count_value))
+
+
+def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int] | None,
+                 rows: int | None) -> Any:
+    """Per-replica pieces (`pieces[leaf][replica]`) into a pytree of PerReplica values: padded
+    PerReplicaBatch values when `counts` is given, stacked per-replica scalars otherwise."""
+    count_value = place_counts(mesh, counts) if counts is not None else None
+    hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
+    if counts is None:
+        lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
+        arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
+        out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
+    else:
+        out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+_COUNTS: dict = {}  # (mesh, counts) -> placed counts: full batches reuse one (immutable) array
+
+
+def place_counts(mesh, counts: Sequence[int]) -> PerReplica:
+    """The per-replica real row counts as a per-replica int32 scalar (the hidden input)."""
+    key = (id(mesh), tuple(int(c) for c in counts))
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
+    lay = _layout(mesh, (), np.int32)
+    value = PerReplica._from_global(put([np.asarray(counts, np.int32)], [lay.sharding])[0], lay)
+    if len(_COUNTS) > 256:
+        _COUNTS.clear()
+    _COUNTS[key] = (mesh, value)
+    return value
+
+
+def _place_all(mesh, hosts: list[np.ndarray], rows: int, counts, count_value) -> list[PerReplicaBatch]:
+    """One batched transfer of every leaf's padded global host array."""
+    lays = [_layout(mesh, (rows, *h.shape[1:]), h.dtype) for h in hosts]
+    arrays = put(hosts, [lay.sharding for lay in lays])
+    counts = tuple(int(c) for c in counts)
+    return [PerReplicaBatch._from_global_batch(a, lay, counts, count_value) for a, lay in zip(arrays, lays)]

@@ -1,0 +1,104 @@
+"""Prefetch to device: a background thread runs the input pipeline (read, split, place) up to
+N elements ahead of the training loop. Errors surface in the loop with their original
+traceback; breaking out of the loop or exhausting the data stops the thread."""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, Iterator
+
+from .split import BatchError
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _raise(error: BaseException):
+    if isinstance(error, BatchError):  # our own validation: name the consumer's (user's) line
+        raise error.user_error() from None
+    raise error  # the user's iterator failed: keep its traceback
+
+
+def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event) -> None:
+    """The producer thread; it holds no reference to the Prefetcher, so dropping the iterator
+    (e.g. `break` out of the loop) collects it and stops the thread."""
+    try:
+        for item in produce():
+            if not _put(q, stop, item):
+                return
+    except BaseException as e:  # noqa: BLE001 - handed to the consumer
+        _put(q, stop, _Failure(e))
+        return
+    _put(q, stop, _END)
+
+
+class Prefetcher:
+    """Iterates `produce()` in a daemon thread, keeping at most `buffer_size` elements ready."""
+
+    def __init__(self, produce: Callable[[], Iterator], buffer_size: int = 1):
+        self._queue: queue.Queue = queue.Queue(maxsize=buffer_size)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=_run, args=(produce, self._queue, self._stop), daemon=True,
+                                        name="strategax-prefetch")
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END or isinstance(item, _Failure):
+            self._done = True
+            self.close()
+            if item is _END:
+                raise StopIteration
+            _raise(item.error)
+        return item
+
+    def close(self) -> None:
+        """Stop the producer thread (it exits at its next hand-over) and drop what it made."""
+        self._stop.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+
+    def __del__(self):
+        self._stop.set()
+
+
+class Synchronous:
+    """The same interface without a thread (`experimental_fetch_to_device=False`)."""
+
+    def __init__(self, produce: Callable[[], Iterator]):
+        self._it = produce()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self._it)
+        except BatchError as e:
+            _raise(e)
+
+    def close(self) -> None:
+        self._it.close()

@@ -1,0 +1,197 @@
+"""`PerReplica` and `Mirrored`: one value per replica, as in tf.distribute.
+
+Outside a trace a distributed value holds either its components or one global `jax.Array`
+sharded over the replicas (what a compiled program returns; components are views of its
+shards, made on first use). Inside a trace it holds the local (this replica's) tracer.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import DistributionTypeError, DistributionValueError
+
+
+class DistributedValues:
+    """Base class: a value per replica. Not an array: reduce it or take its local results."""
+
+    _kind = "DistributedValues"
+
+    def __init__(self, values: Sequence[Any]):
+        values = tuple(values)
+        if not values:
+            raise DistributionValueError(f"{type(self).__name__} needs at least one component",
+                                         "pass one value per replica")
+        self._values: tuple | None = values
+        self._global = None  # (global jax.Array, layout) when made from a program's output
+        self._local = None  # the local tracer while tracing
+
+    # --- construction from a program's outputs or a trace ------------------------------
+    @classmethod
+    def _from_global(cls, array: jax.Array, layout) -> "DistributedValues":
+        self = cls.__new__(cls)
+        self._values, self._global, self._local = None, (array, layout), None
+        return self
+
+    @classmethod
+    def _traced(cls, local) -> "DistributedValues":
+        self = cls.__new__(cls)
+        self._values, self._global, self._local = None, None, local
+        return self
+
+    @property
+    def values(self) -> tuple:
+        """The per-replica components, in replica order."""
+        if self._values is None:
+            if self._local is not None:
+                raise DistributionValueError(
+                    "the components of a distributed value are not available while tracing",
+                    "use strategy.experimental_local_results(value), or return the value")
+            array, layout = self._global
+            self._values = layout.components(array)
+        return self._values
+
+    @property
+    def _num_components(self) -> int:
+        if self._global is not None and self._values is None:
+            return self._global[1].num_local_replicas
+        return len(self.values)
+
+    # --- not an array -------------------------------------------------------------------
+    def _not_an_array(self, *args, **kwargs):
+        raise DistributionValueError(
+            f"a {type(self).__name__} value holds one value per replica and cannot be used as "
+            "a single array",
+            "reduce it with strategy.reduce(...), or take its components with "
+            "strategy.experimental_local_results(...)")
+
+    __jax_array__ = __array__ = __float__ = __int__ = __bool__ = __index__ = _not_an_array
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_an_array
+    __truediv__ = __rtruediv__ = __matmul__ = __rmatmul__ = __neg__ = __pow__ = _not_an_array
+    __getitem__ = _not_an_array
+
+    def __repr__(self) -> str:
+        if self._local is not None:
+            return f"{self._kind}(traced {self._local.aval.str_short()})"
+        body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self.values))
+        return f"{self._kind}:{{\n{body}\n}}"
+
+
+class PerReplica(DistributedValues):
+    """Values that may differ across replicas (a replica function's results, input batches)."""
+
+    _kind = "PerReplica"
+
+
+class Mirrored(DistributedValues):
+    """Values known to be identical on every replica (e.g. the result of an all_reduce).
+
+    Unlike a PerReplica value, a Mirrored one may be used as a single array in cross-replica
+    code (any replica's copy is the value), as in TensorFlow.
+    """
+
+    _kind = "Mirrored"
+
+    def _value(self):
+        return self._local if self._local is not None else self.values[0]
+
+    def __jax_array__(self):
+        return jnp.asarray(self._value())
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._value(), dtype=dtype)
+
+    shape = property(lambda self: self._value().shape)
+    dtype = property(lambda self: self._value().dtype)
+    ndim = property(lambda self: self._value().ndim)
+    __float__ = lambda self: float(self._value())  # noqa: E731
+    __int__ = lambda self: int(self._value())  # noqa: E731
+    __bool__ = lambda self: bool(self._value())  # noqa: E731
+    __index__ = lambda self: int(self._value())  # noqa: E731
+    __getitem__ = lambda self, i: jnp.asarray(self._value())[i]  # noqa: E731
+    __neg__ = lambda self: -jnp.asarray(self._value())  # noqa: E731
+
+
+def _mirrored_binary(name: str):
+    def method(self, other):
+        return getattr(jnp.asarray(self._value()), name)(other)
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__"):
+    setattr(Mirrored, _name, _mirrored_binary(_name))
+
+
+class PerReplicaBatch(PerReplica):
+    """A PerReplica input batch (or per-example output): components padded to `_rows` rows on
+    the devices, of which the first `_counts[i]` are real on replica i. `values` gives the real
+    rows, as TensorFlow does; the compiled program sees the padded ones plus the counts."""
+
+    _kind = "PerReplica"
+
+    @classmethod
+    def _from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
+        self = cls._from_global(array, layout)
+        self._counts, self._rows, self._count_value = counts, layout.type.shape[0], count_value
+        return self
+
+    @property
+    def values(self) -> tuple:
+        padded = PerReplica.values.fget(self)
+        return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, self._counts))
+
+
+def is_distributed(x: Any) -> bool:
+    """A PerReplica or Mirrored value (distributed variables are DistributedValues too, but
+    they are state, passed by reference, not values)."""
+    return isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False)
+
+
+def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> Any:
+    """Turn a list of per-replica pytrees into one pytree of `cls` values (TF's regroup)."""
+    treedefs = [jax.tree_util.tree_structure(v) for v in per_replica]
+    for i, t in enumerate(treedefs[1:], 1):
+        if t != treedefs[0]:
+            raise DistributionTypeError(
+                f"mismatched pytree structures across replicas: replica 0's {what} is "
+                f"{treedefs[0]} but replica {i}'s is {t}",
+                "return the same structure (same keys, same nesting) on every replica")
+    leaves = [jax.tree_util.tree_leaves(v) for v in per_replica]
+    grouped = [cls(tuple(vals)) for vals in zip(*leaves)]
+    return jax.tree_util.tree_unflatten(treedefs[0], grouped)
+
+
+def check_components(value: DistributedValues, num_replicas: int, num_local: int | None = None) -> None:
+    """A distributed value given to a strategy must have one component per replica (per local
+    replica, `num_local`, in a multi-process job)."""
+    if value._global is not None:
+        n = value._global[1].num_replicas
+        if n == num_replicas:
+            return
+    n = value._num_components
+    expected = num_replicas if num_local is None or num_local == num_replicas else num_local
+    if n != expected:
+        where = "" if expected == num_replicas else " on this worker"
+        raise DistributionValueError(
+            f"this {type(value).__name__} has {n} components but the strategy has "
+            f"{expected} replicas{where}",
+            "build it with one value per replica (strategy.experimental_distribute_values_"
+            "from_function does this for you)")
+    if value._values is not None:
+        comps = value._values
+        structs = [jax.tree_util.tree_structure(c) for c in comps]
+        if any(s != structs[0] for s in structs):
+            bad = next(i for i, s in enumerate(structs) if s != structs[0])
+            raise DistributionTypeError(
+                f"mismatched pytree structures across replicas: component 0 is {structs[0]} "
+                f"but component {bad} is {structs[bad]}",
+                "give every replica a value of the same structure")
+        shapes = {(np.shape(c), str(c.dtype if hasattr(c, 'dtype') else np.result_type(c))) for c in comps}
+        if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
+            raise DistributionValueError(
+                f"the components of this {type(value).__name__} differ in shape or dtype: "
+                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype")

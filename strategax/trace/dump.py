@@ -1,0 +1,81 @@
+"""`STRATEGAX_DUMP_TO=DIR`: write what the compiler did for every function it compiles.
+
+Per compiled function, a folder `DIR/NNN_name/` with the traced IR, the IR after each pass,
+the lowered StableHLO, the compiled HLO, `summary.txt` (each collective with its bytes, reason
+and user line; bytes moved per replica per step; compile time per phase) and the dataflow
+graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from .. import ir
+from ..ir.analysis import collective_stats
+from .graph import module_graph, to_dot
+
+ENV = "STRATEGAX_DUMP_TO"
+SVG_OP_LIMIT = 2000  # larger graphs are written as DOT only
+_counter = itertools.count()
+
+
+def dump_dir() -> Path | None:
+    """The dump folder when STRATEGAX_DUMP_TO is set, else None."""
+    where = os.environ.get(ENV)
+    return Path(where) if where else None
+
+
+def compile_dumped(function, sig, compile_fn):
+    """Compile `sig` with `compile_fn(snapshots, timings)` and write the dump beside it."""
+    root = dump_dir()
+    snapshots: dict[str, str] = {}
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    compiled = compile_fn(snapshots, timings)
+    traced = time.perf_counter() - start
+    folder = root / f"{next(_counter):03d}_{function._name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_dump(folder, compiled, sig, snapshots, timings, traced)
+    return compiled
+
+
+def write_dump(folder: Path, compiled, sig, snapshots: dict[str, str], timings: dict[str, float],
+               total: float) -> None:
+    """Write the stages, the lowered and compiled programs, summary.txt and graph.dot."""
+    for i, (stage, text) in enumerate(snapshots.items()):
+        (folder / f"{i:02d}_{re.sub(r'[^A-Za-z0-9_.#-]', '_', stage)}.sxir").write_text(text)
+    (folder / "final.sxir").write_text(ir.print_module(compiled.module))
+    phases = {"trace + import": total - sum(timings.values())}
+    phases.update({f"pass {k}": v for k, v in timings.items()})
+    start = time.perf_counter()
+    lowered = compiled.executable.lower(*compiled.global_args(sig))
+    phases["lower to StableHLO"] = time.perf_counter() - start
+    (folder / "lowered.stablehlo.mlir").write_text(lowered.as_text())
+    start = time.perf_counter()
+    hlo = lowered.compile().as_text()
+    phases["XLA compile"] = time.perf_counter() - start
+    (folder / "compiled.hlo.txt").write_text(hlo)
+    stats = collective_stats(compiled.module)
+    (folder / "summary.txt").write_text(summary(compiled.module, stats, phases))
+    graph = module_graph(compiled.module)
+    dot = folder / "graph.dot"
+    dot.write_text(to_dot(graph, compiled.module.name))
+    if shutil.which("dot") and graph.number_of_nodes() <= SVG_OP_LIMIT:
+        subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(folder / "graph.svg")], check=False,
+                       capture_output=True, timeout=60)
+
+
+def summary(module, stats, phases: dict[str, float]) -> str:
+    """The human-readable report: collectives (with bucket tables) and compile time per phase."""
+    ops = sum(1 for _ in module.walk())
+    lines = [f"function @{module.name}: {ops} ops, {stats.num_replicas} replicas", "",
+             "collectives (bytes moved per replica per step; a bucket lists its tensors):",
+             stats.table(), "", "compile time per phase:"]
+    lines += [f"  {name:<32} {seconds * 1000:10.1f} ms" for name, seconds in phases.items()]
+    lines.append(f"  {'total':<32} {sum(phases.values()) * 1000:10.1f} ms")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,211 @@
+"""`strategy.function`: trace a Python step into one IR module, run the passes, lower it to
+one XLA executable, and cache that by input signature."""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from .. import _context, ir
+from ..backends import Executable
+from ..errors import DistributionTypeError
+from ..ir import Module
+from ..ir.analysis import collective_stats
+from ..passes import default_pipeline
+from . import dump
+from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
+from .importer import import_jaxpr
+from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
+                        leaf_type, signature)
+from .var_session import VarSession
+
+log = logging.getLogger("strategax")
+
+
+class _Compiled:
+    """One traced, optimised and lowered specialisation of a StrategyFunction."""
+
+    def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
+                 out_plan: list, strategy, variables: list = ()):
+        self.module, self.executable, self.out_treedef = module, executable, out_treedef
+        self.out_plan, self.strategy = out_plan, strategy
+        self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        self.num_vars = len(variables)
+        self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
+        # each variable's buffer is an extra (donated) input and output, after the others
+        self.var_slots = [(v._store, lay) for v, lay in
+                          zip(variables, executable.in_layouts[len(self.in_layouts):])]
+
+    def global_args(self, sig: Signature) -> list:
+        out = []
+        for i, layout in zip(self.dynamic, self.in_layouts):
+            x, kind = sig.leaves[i], sig.kinds[i]
+            if kind == ARRAY:
+                out.append(x)
+            elif x._global is not None and x._global[1].mesh is layout.mesh:
+                array = x._global[0]
+                if layout.logical_axes is not None and array.sharding != layout.sharding:
+                    array = jax.device_put(array, layout.sharding)  # e.g. a batch split over logical devices
+                out.append(array)
+            elif kind == PER_REPLICA:
+                array = layout.assemble(x._values)
+                x._global = (array, layout)  # distributed values are immutable: assemble once
+                out.append(array)
+            else:
+                out.append(x._values[0])
+        out.extend(store.argument(layout) for store, layout in self.var_slots)
+        return out
+
+    def __call__(self, sig: Signature):
+        outs = self.strategy._execute(self.executable, self.global_args(sig))
+        if self.num_vars:
+            for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
+                store.set(array)
+        leaves = []
+        for kind, index in self.out_plan:
+            if kind == STATIC:
+                leaves.append(index)
+                continue
+            array, layout = outs[index], self.executable.out_layouts[index]
+            if layout.per_replica:
+                leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
+                              else PerReplicaBatch._from_global_batch(
+                                  array, layout, sig.batch._counts, sig.batch._count_value))
+            elif kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
+                leaves.append(Mirrored._from_global(array, layout))
+            else:
+                leaves.append(array)
+        return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+
+def _module_name(fn: Callable) -> str:
+    name = getattr(fn, "__name__", "fn")
+    return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "fn"
+
+
+class StrategyFunction:
+    """A Python function compiled whole for a strategy (`@strategy.function`)."""
+
+    def __init__(self, strategy, fn: Callable, name: str | None = None):
+        self._strategy, self._fn = strategy, fn
+        self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
+        self._cache: dict[tuple, _Compiled] = {}
+        self.__wrapped__ = fn
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        if _context.is_tracing():
+            return self._fn(*args, **kwargs)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        compiled = self._cache.get(sig.key)
+        if compiled is None:
+            compiled = self._compile(sig)
+        return compiled(sig)
+
+    # --- tracing and compiling ------------------------------------------------------------
+    def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None):
+        strategy = self._strategy
+        dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
+        out_info = {}
+        session = VarSession(strategy)
+
+        def flat_fn(*values):
+            leaves = list(sig.leaves)
+            for i, v in zip(dynamic, values):
+                kind = sig.kinds[i]
+                leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
+                             Mirrored._traced(v) if kind == MIRRORED else v)
+            count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
+            args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
+            with _context.tracing(strategy, session, (count, rows)):
+                result = self._fn(*args, **kwargs)
+            out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
+            plan, arrays = [], []
+            for leaf in out_leaves:
+                if getattr(leaf, "_is_variable", False):
+                    plan.append((ARRAY, len(arrays)))
+                    arrays.append(jnp.asarray(leaf.read_value()))
+                elif isinstance(leaf, DistributedValues):
+                    if leaf._local is None:
+                        raise DistributionTypeError(
+                            "the function returned a distributed value it did not compute",
+                            "return values computed from the function's arguments")
+                    kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
+                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
+                            and leaf._local.shape[0] == rows:
+                        kind = PER_EXAMPLE
+                    plan.append((kind, len(arrays)))
+                    arrays.append(leaf._local)
+                elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
+                    plan.append((STATIC, leaf))
+                else:
+                    plan.append((ARRAY, len(arrays)))
+                    arrays.append(jnp.asarray(leaf))
+            out_info["plan"] = plan
+            return arrays
+
+        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
+        closed = jax.make_jaxpr(flat_fn)(*structs)
+        func = import_jaxpr(closed, types, "main")
+        attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
+        module = Module(self._name, attrs, funcs=[func])
+        out_info["variables"] = session.variables_of(module)
+        module.vars = session.decls(out_info["variables"])
+        if snapshots is not None:
+            snapshots["traced"] = ir.print_module(module)
+        module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
+        return module, out_info["treedef"], out_info["plan"], out_info["variables"]
+
+    def _compile(self, sig: Signature) -> _Compiled:
+        if self._cache:
+            log.debug("strategax: retracing %s for a new input signature", self._name)
+        if dump.dump_dir() is None:
+            compiled = self._build(sig)
+        else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
+            compiled = dump.compile_dumped(self, sig, lambda snapshots, timings: self._build(sig, snapshots, timings))
+        self._cache[sig.key] = compiled
+        return compiled
+
+    def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
+        module, out_treedef, plan, variables = self._trace(sig, snapshots, timings)
+        executable = Executable(module, self._strategy._mesh)
+        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
+
+    def _specialization(self, args, kwargs) -> tuple[_Compiled, Signature]:
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        return self._cache.get(sig.key) or self._compile(sig), sig
+
+    # --- inspection -----------------------------------------------------------------------
+    def ir(self, *args, stage: str = "final", **kwargs) -> str:
+        """The IR text for these arguments: "traced", a pass name, or "final" (default)."""
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        if stage == "final":
+            return ir.print_module(self._specialization(args, kwargs)[0].module)
+        snapshots: dict[str, str] = {}
+        self._trace(sig, snapshots)
+        if stage not in snapshots:
+            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
+        return snapshots[stage]
+
+    def lowered(self, *args, **kwargs):
+        compiled, sig = self._specialization(args, kwargs)
+        return compiled.executable.lower(*compiled.global_args(sig))
+
+    def stablehlo(self, *args, **kwargs) -> str:
+        """The StableHLO text handed to XLA (before XLA's own optimisations)."""
+        return self.lowered(*args, **kwargs).as_text()
+
+    def hlo(self, *args, **kwargs) -> str:
+        """The optimised HLO text XLA compiled (what actually runs)."""
+        return self.lowered(*args, **kwargs).compile().as_text()
+
+    def stats(self, *args, **kwargs):
+        """Collectives per step: count, bytes moved per replica, and each one's reason and line."""
+        return collective_stats(self._specialization(args, kwargs)[0].module)
+
+    def __repr__(self) -> str:
+        return f"<strategax function {self._name} ({len(self._cache)} compiled)>"

@@ -1,0 +1,144 @@
+"""Jaxpr to IR: one op per primitive, nested calls inlined, control flow kept as regions."""
+from __future__ import annotations
+
+import os
+import sysconfig
+from typing import Any, Sequence
+
+import numpy as np
+from jax._src import source_info_util
+from jax.extend import core as jex
+
+from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive
+from ..ir import Block, Func, Location, Operation, TensorType, Value
+from ..ir.attributes import normalize
+
+# An op's location is the first frame outside strategax, JAX and installed libraries (optax...),
+# i.e. the user's line that led to it.
+for _path in {os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
+    source_info_util.register_exclusion(_path)
+
+# Which parameter holds the sub-program of an inlined call.
+_CALL_JAXPR_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+_DERIVED_KEYS = {name: ("update_jaxpr", "update_consts") for name in DERIVED_PARAMS}
+_REGION_PARAMS = {"cond": ("branches",), "while": ("cond_jaxpr", "body_jaxpr"), "scan": ("jaxpr",)}
+
+
+class ImportError_(TypeError):
+    """A traced program uses something the strategax IR cannot hold."""
+
+
+def _type_of(aval, where: str) -> TensorType:
+    if not hasattr(aval, "shape") or not hasattr(aval, "dtype"):
+        raise ImportError_(f"{where}: strategax cannot hold a value of type {aval}")
+    try:
+        return TensorType.of(aval)
+    except TypeError as e:
+        raise ImportError_(f"{where}: {e}") from None
+
+
+_file_cache: dict[str, str] = {}
+
+
+def _display_path(path: str) -> str:
+    shown = _file_cache.get(path)
+    if shown is None:
+        try:
+            rel = os.path.relpath(path)
+            shown = rel if not rel.startswith("..") else path
+        except ValueError:
+            shown = path
+        _file_cache[path] = shown
+    return shown
+
+
+def location_of(eqn) -> Location | None:
+    frame = source_info_util.user_frame(eqn.source_info.traceback)
+    if frame is None:
+        return None
+    return Location(_display_path(frame.file_name), frame.start_line)
+
+
+class _Importer:
+    def __init__(self):
+        self.ops: list[Operation] = []
+        self.const_cache: dict[Any, Value] = {}
+
+    def constant(self, value, aval=None) -> Value:
+        array = np.asarray(value, dtype=None if aval is None else aval.dtype)
+        key = None
+        if array.size == 1:
+            key = (array.dtype.str, array.shape, array.tobytes())
+            if key in self.const_cache:
+                return self.const_cache[key]
+        v = Value(TensorType(array.shape, array.dtype))
+        self.ops.append(Operation("sx.constant", [], [v], {"value": array}))
+        if key is not None:
+            self.const_cache[key] = v
+        return v
+
+    def read(self, env, atom) -> Value:
+        if isinstance(atom, jex.Literal):
+            return self.constant(atom.val, atom.aval)
+        return env[atom]
+
+    def inline(self, jaxpr, consts: Sequence[Any], args: Sequence[Value]) -> list[Value]:
+        env: dict[Any, Value] = {}
+        for var, c in zip(jaxpr.constvars, consts):
+            env[var] = self.constant(c)
+        for var, a in zip(jaxpr.invars, args):
+            env[var] = a
+        for eqn in jaxpr.eqns:
+            self.eqn(env, eqn)
+        return [self.read(env, v) for v in jaxpr.outvars]
+
+    def region(self, closed) -> Block:
+        jaxpr, consts = (closed.jaxpr, closed.consts) if hasattr(closed, "consts") else (closed, ())
+        sub = _Importer()
+        args = [Value(_type_of(v.aval, "region argument")) for v in jaxpr.invars]
+        results = sub.inline(jaxpr, consts, args)
+        return Block(args, sub.ops, results)
+
+    def eqn(self, env, eqn) -> None:
+        prim = eqn.primitive
+        name = prim.name
+        args = [self.read(env, v) for v in eqn.invars]
+        if name in INLINED_PRIMITIVES or any(
+                isinstance(eqn.params.get(p), (jex.ClosedJaxpr, jex.Jaxpr)) for p in _CALL_JAXPR_PARAMS
+                if name not in _REGION_PARAMS):
+            sub = next((eqn.params[p] for p in _CALL_JAXPR_PARAMS if p in eqn.params), None)
+            if sub is None:
+                raise ImportError_(f"cannot inline primitive {name!r}: no sub-program found")
+            jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
+            outs = self.inline(jaxpr, consts, args)
+            for var, v in zip(eqn.outvars, outs):
+                if not isinstance(var, jex.DropVar):
+                    env[var] = v
+            return
+        register_primitive(prim)
+        op_name = name if name.startswith("sx.") else "jax." + name
+        regions, attrs = [], {}
+        region_params = _REGION_PARAMS.get(name, ())
+        derived = _DERIVED_KEYS.get(name, ())
+        for key, val in eqn.params.items():
+            if key in derived:
+                continue
+            if key in region_params:
+                subs = val if isinstance(val, (tuple, list)) else (val,)
+                regions.extend(self.region(s) for s in subs)
+            else:
+                attrs[key] = normalize(val, f"parameter {key!r} of primitive {name!r}")
+        results = [Value(_type_of(v.aval, f"result of {name!r}")) for v in eqn.outvars]
+        self.ops.append(Operation(op_name, args, results, attrs, regions, location_of(eqn)))
+        for var, v in zip(eqn.outvars, results):
+            if not isinstance(var, jex.DropVar):
+                env[var] = v
+
+
+def import_jaxpr(closed_jaxpr, arg_types: Sequence[TensorType], name: str = "main") -> Func:
+    """A Func whose parameters have `arg_types` and whose body is the traced program."""
+    imp = _Importer()
+    args = [Value(t) for t in arg_types]
+    results = imp.inline(closed_jaxpr.jaxpr, closed_jaxpr.consts, args)
+    return Func(name, Block(args, imp.ops, results))

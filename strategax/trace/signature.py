@@ -1,0 +1,118 @@
+"""The cache key of a call of a compiled function: its pytree structure, each leaf's kind,
+shape and dtype, and its static Python values; and the leaves themselves."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import DistributionTypeError
+from ..ir import Locality, TensorType
+from .distributed_values import (DistributedValues, PerReplica, PerReplicaBatch, check_components,
+                                 is_distributed, regroup)
+
+STATIC_TYPES = (bool, int, float, complex, str, type(None))
+ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
+
+# Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
+# static Python value baked into the program.
+PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
+PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
+
+
+@dataclass
+class Signature:
+    key: tuple
+    treedef: Any
+    kinds: list[str]
+    leaves: list[Any]
+    batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
+
+
+def _needs_regroup(v: DistributedValues) -> bool:
+    return v._values is not None and not isinstance(v._values[0], ARRAY_TYPES + STATIC_TYPES)
+
+
+def _expand(tree):
+    """Split distributed values whose components are pytrees into pytrees of distributed values."""
+    return jax.tree_util.tree_map(
+        lambda v: regroup(v.values, type(v)) if is_distributed(v) and _needs_regroup(v) else v,
+        tree, is_leaf=is_distributed)
+
+
+def leaf_type(x, kind: str) -> TensorType:
+    if kind == PER_REPLICA or kind == MIRRORED:
+        if x._global is not None:
+            t = x._global[1].type
+            return t.with_locality(Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
+        first = x._values[0]
+        return TensorType(np.shape(first), _dtype_of(first),
+                          Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
+    return TensorType(np.shape(x), _dtype_of(x), Locality.MIRRORED)
+
+
+def _dtype_of(x) -> np.dtype:
+    """The dtype JAX gives `x` (float64 becomes float32 unless x64 is enabled)."""
+    if hasattr(x, "dtype"):
+        return np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
+    return np.dtype(jnp.result_type(x))
+
+
+def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | None = None) -> tuple:
+    if x._local is not None:
+        raise DistributionTypeError(
+            "a traced distributed value was passed into a separately compiled function",
+            "call the function's body directly inside the strategy.function")
+    kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
+    g = x._global
+    if g is None or g[1].num_replicas != num_replicas:
+        check_components(x, num_replicas, num_local)
+        t = leaf_type(x, kind)
+    else:
+        t = g[1].type
+    return kind, (kind, t.shape, t.dtype)
+
+
+def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | None = None) -> Signature:
+    """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves;
+    `num_local` is the replicas this process feeds (fewer than all in a multi-process job)."""
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
+    kinds, key, batch = [], [treedef], None
+    for x in leaves:
+        if isinstance(x, jax.Array):  # the hot case first
+            kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
+            key.append((MIRRORED, x.shape, x.dtype))
+        elif getattr(x, "_is_variable", False):  # state, passed by reference: part of the key
+            kind = STATIC
+            key.append((kind, type(x), x))
+        elif isinstance(x, DistributedValues):
+            if x._global is None and _needs_regroup(x):
+                return signature(*_expand((args, kwargs)), num_replicas, num_local)
+            kind, k = _distributed_key(x, num_replicas, num_local)
+            key.append(k)
+            if batch is None and isinstance(x, PerReplicaBatch):
+                batch = x
+        elif isinstance(x, ARRAY_TYPES):
+            kind = ARRAY
+            key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
+        elif isinstance(x, STATIC_TYPES):
+            kind = STATIC
+            key.append((kind, type(x), x))
+        else:
+            try:
+                hash(x)
+            except TypeError:
+                raise DistributionTypeError(
+                    f"cannot pass a {type(x).__name__} to a strategax function",
+                    "pass arrays, Python scalars, distributed values or pytrees of them") from None
+            kind = STATIC
+            key.append((kind, type(x), x))
+        kinds.append(kind)
+    if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
+        leaves = [*leaves, batch._count_value]
+        kinds.append(PER_REPLICA)
+        key.append(("rows", batch._rows))
+    return Signature(tuple(key), treedef, kinds, leaves, batch)

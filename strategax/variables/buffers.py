@@ -1,0 +1,87 @@
+"""A variable's storage: one global `jax.Array` over its strategy's replica mesh (replicated
+for a mirrored variable, one piece per replica for a sync-on-read one), threaded through
+compiled programs as a donated input/output, and updated directly in cross-replica code."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..backends import ReplicaLayout
+from .enums import VariableAggregation
+
+
+def place(value, sharding) -> jax.Array:
+    """`value` on `sharding`; over several processes (a multi-worker job, every process holding
+    the same value) each process fills its own shards: no cross-host transfer."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(value, sharding)
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+class VarBuffer:
+    """The buffer of one variable, and its layout on the mesh that last used it."""
+
+    def __init__(self, var, initial: jax.Array):
+        self.var = var
+        strategy = var._strategy
+        self.layout = None if strategy is None else ReplicaLayout(strategy._mesh, var._ir_type())
+        with jax.ensure_compile_time_eval():  # a variable may be created while a program is traced
+            if self.layout is None:
+                self.array = jnp.array(initial, copy=True)
+            elif self.layout.per_replica:
+                self.array = self.layout.assemble([np.asarray(initial)] * self.layout.num_local_replicas)
+            else:
+                # a copy first: device_put may alias the source's buffer, and ours is donated
+                self.array = place(jnp.array(initial, copy=True), self.layout.sharding)
+
+    # --- compiled programs ---------------------------------------------------------------
+    def argument(self, layout: ReplicaLayout) -> jax.Array:
+        """The buffer laid out as `layout` wants it (moved only the first time, for a plain variable)."""
+        if self.layout is not layout:
+            if self.layout is None or self.layout.sharding != layout.sharding:
+                self.array = place(self.array, layout.sharding)
+            self.layout = layout
+        return self.array
+
+    def set(self, array: jax.Array) -> None:
+        self.array = array
+
+    # --- cross-replica (eager) access -------------------------------------------------------
+    def components(self) -> tuple:
+        if self.layout is None:
+            return (self.array,)
+        return tuple(self.layout.components(self.array))
+
+    def eager_read(self):
+        """Cross-replica value: any copy of a mirrored variable, the aggregate of a sync-on-read one."""
+        comps = self.components()
+        if self.layout is None or not self.layout.per_replica:
+            return comps[0]
+        agg = self.var.aggregation
+        if agg is VariableAggregation.ONLY_FIRST_REPLICA:
+            return comps[0]
+        stacked = np.stack([np.asarray(c) for c in comps])
+        total = stacked.sum(0)
+        if agg is VariableAggregation.MEAN:
+            total = total / len(comps) if np.issubdtype(total.dtype, np.inexact) else total // len(comps)
+        return jnp.asarray(total, self.var.dtype)
+
+    def eager_update(self, kind: str, value) -> None:
+        """Apply an update to every copy (the value is already what each copy receives)."""
+        comps = self.components()
+        value = np.asarray(value)
+        new = [_apply(kind, np.asarray(c), value) for c in comps]
+        if self.layout is None:
+            self.array = jnp.asarray(new[0], self.var.dtype)
+        elif self.layout.per_replica:
+            self.array = self.layout.assemble([np.asarray(x, self.var.dtype) for x in new])
+        else:
+            self.array = place(np.asarray(new[0], self.var.dtype), self.layout.sharding)
+
+
+def _apply(kind: str, old: np.ndarray, value: np.ndarray) -> np.ndarray:
+    if kind == "assign":
+        return value
+    return old + value if kind == "assign_add" else old - value

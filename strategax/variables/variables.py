@@ -1,0 +1,309 @@
+"""`sx.Variable`, and what it becomes inside `strategy.scope()`: `MirroredVariable` (ON_WRITE,
+AUTO) or `SyncOnReadVariable` (ON_READ).
+
+A variable owns one global buffer (see `var_buffers`). Outside a trace its methods act on the
+buffer directly (cross-replica context). While a strategax program is traced they bind the
+`sx.var_*` primitives (`dialects.variables`); the `insert-collectives` and `check-locality` passes then
+apply TensorFlow's aggregation rules, so the compiled program does the communication.
+"""
+from __future__ import annotations
+
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _context
+from ..dialects import variables as var_ops
+from ..errors import DistributionRuntimeError, DistributionValueError
+from ..ir import Locality, TensorType
+from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
+from . import buffers
+from .enums import VariableAggregation, VariableSynchronization, parse_aggregation, parse_sync
+
+
+def _context_name() -> str:
+    return "replica" if _context.in_replica_context() else "cross_replica"
+
+
+def _traced() -> bool:
+    """Whether reads and updates become ops of a program being traced."""
+    return _context.is_tracing() and _context.session() is not None
+
+
+def _initial_array(initial_value, dtype) -> jax.Array:
+    if callable(initial_value):
+        initial_value = initial_value()
+    with jax.ensure_compile_time_eval():
+        value = initial_value.read_value() if isinstance(initial_value, Variable) else initial_value
+        array = jnp.asarray(value, dtype=dtype)
+    if isinstance(array, jax.core.Tracer):
+        raise DistributionValueError(
+            "a variable's initial value depends on a traced value",
+            "create variables from concrete values, outside the compiled function (or on its first call)")
+    return array
+
+
+class Variable:
+    """A mutable tensor; distributed when created in a strategy's scope (like tf.Variable)."""
+
+    _is_variable = True
+    _local = _global = None  # never a traced or program-output distributed value
+
+    def __new__(cls, *args, **kwargs):
+        if cls is Variable:
+            strategy = _context.strategy() if _context.has_strategy() else None
+            if strategy is not None:
+                sync = parse_sync(kwargs.get("synchronization", VariableSynchronization.AUTO))
+                cls = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
+        return super().__new__(cls)
+
+    def __init__(self, initial_value, trainable: bool | None = None, name: str | None = None,
+                 dtype=None, synchronization=VariableSynchronization.AUTO,
+                 aggregation=VariableAggregation.NONE):
+        if _context.in_replica_context() and _context.has_strategy():
+            raise DistributionRuntimeError(
+                "a variable was created in replica context (inside the function given to strategy.run)",
+                "create variables in `with strategy.scope():` outside run (or in a merge_call)")
+        self._strategy = _context.strategy() if _context.has_strategy() else None
+        self._sync = parse_sync(synchronization)
+        self._aggregation = parse_aggregation(aggregation)
+        self._trainable = (self._sync is not VariableSynchronization.ON_READ) if trainable is None else trainable
+        self._name = name or "Variable"  # TensorFlow's default (IR symbols are made unique)
+        array = _initial_array(initial_value, dtype)
+        self._shape, self._dtype = tuple(array.shape), array.dtype
+        make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
+        self._store = make(self, array) if make is not None else buffers.VarBuffer(self, array)
+        self._symbol = var_ops.new_symbol(self)  # its name in IR modules
+
+    # --- description -------------------------------------------------------------------
+    name = property(lambda self: self._name)
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    ndim = property(lambda self: len(self._shape))
+    trainable = property(lambda self: self._trainable)
+    aggregation = property(lambda self: self._aggregation)
+
+    @property
+    def synchronization(self) -> VariableSynchronization:
+        if self._sync is VariableSynchronization.AUTO:
+            return VariableSynchronization.ON_WRITE
+        return self._sync
+
+    @property
+    def _per_replica(self) -> bool:
+        return False
+
+    @property
+    def _sync_name(self) -> str:
+        return "on_read" if self._per_replica else "on_write"
+
+    def _ir_type(self) -> TensorType:
+        return TensorType(self._shape, jnp.dtype(self._dtype),
+                          Locality.PER_REPLICA if self._per_replica else Locality.MIRRORED)
+
+    def _ir_attrs(self) -> dict:
+        return {"sync": self._sync_name, "agg": self._aggregation.ir_name}
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} name={self._name!r} shape={self._shape} "
+                f"dtype={np.dtype(self._dtype).name}, numpy={np.asarray(self.read_value())!r}>")
+
+    # --- reads ------------------------------------------------------------------------
+    def read_value(self):
+        """The value: this replica's copy in replica context, the aggregate in cross-replica."""
+        if _traced():
+            ctx = _context_name()
+            self._check_read(ctx)
+            return var_ops.read(self, ctx)
+        return self._store.eager_read()
+
+    value = read_value
+
+    def _check_read(self, ctx: str) -> None:
+        pass
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self.read_value())
+
+    def __jax_array__(self):
+        return self.read_value()
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.read_value(), dtype=dtype)
+
+    @property
+    def values(self) -> tuple:
+        """One component per replica, each knowing its container (`value_container`)."""
+        return tuple(VariableComponent(c, self) for c in self._store.components())
+
+    # --- updates -----------------------------------------------------------------------
+    def assign(self, value, use_locking=False, name=None, read_value=True):
+        return self._update("assign", value)
+
+    def assign_add(self, delta, use_locking=False, name=None, read_value=True):
+        return self._update("assign_add", delta)
+
+    def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
+        return self._update("assign_sub", delta)
+
+    def _coerce(self, value, kind: str):
+        if isinstance(value, PerReplica):
+            raise DistributionValueError(
+                f"{kind} of a PerReplica value to variable {self._name!r} in cross-replica context "
+                "(TensorFlow would give copy i component i, so the copies would differ)",
+                "reduce the value first (strategy.reduce / extended.reduce_to), or update the "
+                "variable inside strategy.run")
+        if is_distributed(value):
+            value = value._local if value._local is not None else value.values[0]
+        if isinstance(value, Variable):
+            value = value.read_value()
+        return jnp.broadcast_to(jnp.asarray(value, self._dtype), self._shape)
+
+    def _update(self, kind: str, value):
+        ctx = _context_name()
+        self._check_update(kind, ctx)
+        if ctx == "replica" and is_distributed(value):
+            value = value._local  # a distributed value seen inside the replica function
+        value = self._coerce(value, kind)
+        value = self._cross_replica_value(kind, value) if ctx == "cross_replica" else value
+        if _traced():
+            var_ops.update(self, kind, value, ctx)
+            return self.read_value()
+        self._store.eager_update(kind, value)
+        return self.read_value()
+
+    def _check_update(self, kind: str, ctx: str) -> None:
+        pass
+
+    def _cross_replica_value(self, kind: str, value):
+        return value
+
+    # --- arithmetic: act on the value ---------------------------------------------------
+    def __getitem__(self, index):
+        return jnp.asarray(self.read_value())[index]
+
+    def __neg__(self):
+        return -jnp.asarray(self.read_value())
+
+    def __float__(self):
+        return float(self.read_value())
+
+    def __int__(self):
+        return int(self.read_value())
+
+    def __bool__(self):
+        return bool(self.read_value())
+
+    __hash__ = object.__hash__
+
+
+def _binary(name: str):
+    def method(self, other):
+        if isinstance(other, Variable):
+            other = other.read_value()
+        return getattr(jnp.asarray(self.read_value()), name)(other)
+    method.__name__ = name
+    return method
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+              "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+              "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(Variable, _name, _binary(_name))
+
+
+def _component_repr(var: Variable, i: int, value) -> str:
+    array = np.asarray(value)
+    shown = repr(array.item()) if array.ndim == 0 else repr(array)
+    name = var.name if i == 0 else f"{var.name}/replica_{i}"
+    return (f"<sx.Variable '{name}:0' shape={tuple(array.shape)} dtype={array.dtype.name}, "
+            f"numpy={shown}>")
+
+
+class _DistributedVariable(Variable, DistributedValues):
+    def __repr__(self) -> str:
+        body = ",\n".join(f"  {i}: {_component_repr(self, i, c)}" for i, c in enumerate(self._store.components()))
+        return f"{self._kind}:{{\n{body}\n}}"
+
+
+class MirroredVariable(_DistributedVariable):
+    """A variable kept identical on every replica (ON_WRITE): updates in replica context are
+    aggregated with its `aggregation` (NONE: only a value identical on every replica)."""
+
+    _kind = "MirroredVariable"
+
+
+class SyncOnReadVariable(_DistributedVariable):
+    """A variable each replica reads and writes locally (ON_READ); reading it in cross-replica
+    context aggregates the copies with its `aggregation`."""
+
+    _kind = "SyncOnReadVariable"
+
+    @property
+    def _per_replica(self) -> bool:
+        return True
+
+    def _check_read(self, ctx: str) -> None:
+        if ctx == "cross_replica" and self._aggregation is VariableAggregation.NONE:
+            raise DistributionValueError(
+                f"sync-on-read variable {self._name!r} has aggregation NONE and cannot be read in "
+                "cross-replica context (there is no rule to combine its copies)",
+                "give it aggregation=SUM, MEAN or ONLY_FIRST_REPLICA, or read it inside strategy.run")
+
+    def _check_update(self, kind: str, ctx: str) -> None:
+        if ctx != "cross_replica":
+            return
+        if self._aggregation is VariableAggregation.NONE:
+            raise DistributionValueError(
+                f"{kind} on sync-on-read variable {self._name!r} with aggregation NONE in "
+                "cross-replica context", "give it an aggregation, or update it inside strategy.run")
+        if kind != "assign" and self._aggregation is VariableAggregation.SUM:
+            raise DistributionValueError(
+                f"SyncOnReadVariable does not support `{kind}` in cross-replica context when "
+                f"aggregation is SUM (variable {self._name!r})",
+                "use assign(...) (the value is divided among the replicas), or update it inside "
+                "strategy.run")
+
+    def _cross_replica_value(self, kind: str, value):
+        if kind == "assign" and self._aggregation is VariableAggregation.SUM:
+            n = self._strategy.num_replicas_in_sync
+            return (value / n).astype(self._dtype)
+        return value
+
+    def read_value(self):
+        if not _traced() and _context_name() == "cross_replica":
+            self._check_read("cross_replica")
+        return super().read_value()
+
+
+class VariableComponent:
+    """One replica's copy of a distributed variable (an element of `var.values`)."""
+
+    def __init__(self, array, container: Variable):
+        self._array, self._container = array, container
+
+    shape = property(lambda self: self._array.shape)
+    dtype = property(lambda self: self._array.dtype)
+    device = property(lambda self: next(iter(self._array.devices())))
+
+    def numpy(self) -> np.ndarray:
+        return np.asarray(self._array)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self._array, dtype=dtype)
+
+    def __jax_array__(self):
+        return self._array
+
+    def __float__(self):
+        return float(self._array)
+
+    def __eq__(self, other):
+        return np.asarray(self._array) == np.asarray(other)
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<VariableComponent of {self._container.name!r}: {np.asarray(self._array)!r}>"
+
