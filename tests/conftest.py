@@ -1,6 +1,7 @@
 """Test setup: 8 simulated CPU devices, and a check run after every test that each program it
 compiled round-trips through the IR text and runs to the same numbers (also on the
 reference interpreter)."""
+import inspect
 import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -16,7 +17,20 @@ from strategax.trace import function as _function  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 
-REFERENCE_OP_LIMIT = 400  # the reference interpreter is slow: check smaller programs only
+REFERENCE_OP_LIMIT = 400
+
+
+def here() -> int:
+    """The line number of the caller (the line an error must name)."""
+    return inspect.currentframe().f_back.f_lineno
+
+
+def assert_names_this_line(err, line: int) -> None:
+    """`err` (an exception or pytest's ExceptionInfo) names the calling test file, `line`, and a fix."""
+    text = str(getattr(err, "value", err))
+    file = os.path.basename(inspect.currentframe().f_back.f_code.co_filename)
+    assert f"{file}:{line}:" in text, text
+    assert "fix:" in text, text  # the reference interpreter is slow: check smaller programs only
 
 
 @pytest.fixture(autouse=True)

@@ -6,21 +6,13 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 
 def strategy2():
     return sx.MirroredStrategy(["CPU:0", "CPU:1"])
 
 
-def here() -> int:
-    """The line number of the caller (the line the error must name)."""
-    return inspect.currentframe().f_back.f_lineno
-
-
-def assert_names_this_line(err, line: int):
-    text = str(err.value)
-    assert f"test_errors.py:{line}:" in text, text
-    assert "fix:" in text
 
 
 def test_reduce_sum_of_non_distributed_value():

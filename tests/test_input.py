@@ -1,6 +1,5 @@
 """Distributed input: partial batches under compilation (padding + real row counts), the
 prefetch thread, and bad input. References: one-device plain JAX / NumPy on the same data."""
-import inspect
 import threading
 import time
 import traceback
@@ -11,17 +10,9 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 
-def here() -> int:
-    """The line number of the caller (the line the error must name)."""
-    return inspect.currentframe().f_back.f_lineno
-
-
-def assert_names_line(err, line: int):
-    text = str(err.value)
-    assert f"test_input.py:{line}:" in text, text
-    assert "fix:" in text
 
 
 def per_example_loss(params, x, y):
@@ -222,7 +213,7 @@ def test_leaves_disagreeing_on_batch_size(fetch_to_device):
     it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}], options))
     with pytest.raises(ValueError) as err:
         line = here(); next(it)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
     assert "disagree on the batch size" in str(err.value) and "['x']: 4" in str(err.value)
     assert isinstance(err.value, sx.DistributionValueError)
 
@@ -234,7 +225,7 @@ def test_structure_change_between_batches():
     next(it)
     with pytest.raises(TypeError) as err:
         line = here(); next(it)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
     assert "structure of the batches changed" in str(err.value)
     assert isinstance(err.value, sx.DistributionTypeError)
 
@@ -250,7 +241,7 @@ def test_per_replica_batch_size_not_whole():
 
     with pytest.raises(ValueError) as err:
         strategy.distribute_datasets_from_function(dataset_fn)
-    assert_names_line(err, lines[0])
+    assert_names_this_line(err, lines[0])
     assert "6 is not divisible by num_replicas_in_sync 4" in str(err.value)
 
 
@@ -258,11 +249,11 @@ def test_non_iterable_dataset():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     with pytest.raises(TypeError) as err:
         line = here(); strategy.experimental_distribute_dataset(42)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
     assert "int, which is not iterable" in str(err.value)
     with pytest.raises(TypeError) as err:
         line = here(); strategy.distribute_datasets_from_function(lambda ctx: 3.5)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
 
 
 def test_partial_batch_under_logical_devices():
@@ -312,7 +303,7 @@ def test_structure_change_in_datasets_from_function():
     next(it)
     with pytest.raises(TypeError) as err:
         line = here(); next(it)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
     assert "structure of the batches changed" in str(err.value)
 
 

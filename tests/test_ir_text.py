@@ -90,11 +90,25 @@ def test_garbage_raises_parse_error_only(text):
         assert e.line >= 1 and e.col >= 1
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, len(EVERY_KIND.rstrip()) - 2))
+def test_truncated_modules_raise_parse_error(cut):
+    # Intent: a module cut short (its closing brace lost) is a ParseError located inside the text.
+    with pytest.raises(ir.ParseError) as info:
+        ir.parse(EVERY_KIND[:cut])
+    assert 1 <= info.value.line <= EVERY_KIND[:cut].count("\n") + 1
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, len(EVERY_KIND) - 1), st.integers(1, 5))
-def test_truncated_or_damaged_modules_raise_parse_error(cut, width):
+def test_damaged_modules_raise_parse_error_or_stay_valid(cut, width):
+    # Intent: deleting a few characters anywhere gives a located ParseError, or (when the text
+    # happens to stay well formed) a module that verifies and prints back to itself.
     damaged = EVERY_KIND[:cut] + EVERY_KIND[cut + width:]
     try:
-        ir.parse(damaged)
-    except ir.ParseError:
-        pass
+        module = ir.parse(damaged)
+    except ir.ParseError as e:
+        assert e.line >= 1 and e.col >= 1
+        return
+    ir.verify(module)
+    assert ir.print_module(ir.parse(ir.print_module(module))) == ir.print_module(module)

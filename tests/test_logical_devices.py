@@ -1,7 +1,6 @@
 """TPUStrategy's logical devices: annotations, sharding propagation, and the lowering that
 partitions within each replica while collectives stay across replicas."""
 import importlib.util
-import inspect
 import pathlib
 import re
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 _spec = importlib.util.spec_from_file_location(
     "model_parallel_mlp", pathlib.Path(__file__).parents[1] / "examples" / "model_parallel_mlp.py")
@@ -18,15 +18,6 @@ mlp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mlp)
 
 
-def here() -> int:
-    """The line number of the caller (the line the error must name)."""
-    return inspect.currentframe().f_back.f_lineno
-
-
-def assert_names_this_line(err, line: int):
-    text = str(err.value)
-    assert f"test_logical_devices.py:{line}:" in text, text
-    assert "fix:" in text
 
 
 def replica_groups(line: str) -> list[list[int]]:

@@ -1,6 +1,5 @@
 """MultiWorkerMirroredStrategy: real worker processes on loopback (jax.distributed + gloo),
 faults, and TF_CONFIG parsing."""
-import inspect
 import json
 import sys
 import time
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 from multi_worker_launch import Job
 
@@ -20,14 +20,6 @@ from mlp import make_step, init_params, data, reference_training  # noqa: E402
 STEPS = 6
 
 
-def here() -> int:
-    return inspect.currentframe().f_back.f_lineno
-
-
-def assert_names_this_line(err, line: int):
-    text = str(err.value)
-    assert f"test_multi_worker.py:{line}:" in text, text
-    assert "fix:" in text
 
 
 def train_in_process(strategy, steps):

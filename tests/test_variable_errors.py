@@ -1,24 +1,16 @@
 """Variable and merge_call misuse fails at trace time, naming this file and line and the fix."""
-import inspect
 
 import jax.numpy as jnp
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 
 def strategy2():
     return sx.MirroredStrategy(["CPU:0", "CPU:1"])
 
 
-def here() -> int:
-    return inspect.currentframe().f_back.f_lineno
-
-
-def assert_names_line(err, line: int):
-    text = str(err.value)
-    assert f"test_variable_errors.py:{line}:" in text, text
-    assert "fix:" in text
 
 
 def rid():
@@ -35,7 +27,7 @@ def test_none_aggregation_update_with_per_replica_value():
         v.assign_add(rid())
     with pytest.raises(ValueError) as err:
         st.run(fn)
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
     assert isinstance(err.value, sx.DistributionValueError)
     st.run(lambda: v.assign_add(2.0))  # a value identical on every replica is fine
     assert [float(c) for c in v.values] == [3.0, 3.0]
@@ -48,7 +40,7 @@ def test_assign_add_sum_sync_on_read_in_cross_replica_context():
         v = sx.Variable(1.0, synchronization=sx.VariableSynchronization.ON_READ, aggregation=sx.VariableAggregation.SUM)
         with pytest.raises(ValueError) as err:
             line = here(); v.assign_add(1.0)  # noqa: E702
-        assert_names_line(err, line)
+        assert_names_this_line(err, line)
         f = st.function(lambda: v.assign_sub(1.0))
         with pytest.raises(ValueError) as err:
             line = here(); f()  # noqa: E702
@@ -68,10 +60,10 @@ def test_per_replica_value_passed_to_update():
     line = [0]
     with pytest.raises(ValueError) as err:
         st.run(lambda: sx.get_replica_context().merge_call(merge_fn, args=(rid(),)))
-    assert_names_line(err, line[0])
+    assert_names_this_line(err, line[0])
     with st.scope(), pytest.raises(ValueError) as err:
         ln = here(); st.extended.update(v, lambda var, x: var.assign(x), args=(pr,))  # noqa: E702
-    assert_names_line(err, ln)
+    assert_names_this_line(err, ln)
 
 
 def test_per_replica_value_assigned_in_cross_replica_context():
@@ -82,7 +74,7 @@ def test_per_replica_value_assigned_in_cross_replica_context():
     pr = st.experimental_distribute_values_from_function(lambda ctx: float(ctx.replica_id_in_sync_group))
     with st.scope(), pytest.raises(ValueError) as err:
         line = here(); v.assign(pr)  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
 
 
 def test_nested_merge_call():
@@ -99,7 +91,7 @@ def test_nested_merge_call():
     line = [0]
     with pytest.raises(RuntimeError) as err:
         st.run(fn)
-    assert_names_line(err, line[0])
+    assert_names_this_line(err, line[0])
 
 
 def test_variable_from_another_strategy():
@@ -112,7 +104,7 @@ def test_variable_from_another_strategy():
         return v.read_value() + 1.0
     with pytest.raises(ValueError) as err:
         b.run(fn)
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
 
 
 def test_sync_on_read_none_read_in_cross_replica_context():
@@ -122,7 +114,7 @@ def test_sync_on_read_none_read_in_cross_replica_context():
         v = sx.Variable(1.0, synchronization="ON_READ", aggregation="NONE")
         with pytest.raises(ValueError) as err:
             line = here(); v.read_value()  # noqa: E702
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
 
 
 def test_variable_update_inside_lax_cond_is_unsupported():
@@ -136,7 +128,7 @@ def test_variable_update_inside_lax_cond_is_unsupported():
         jax.lax.cond(rid() > 0, lambda: v.assign_add(1.0) * 0, lambda: jnp.float32(0))
     with pytest.raises(RuntimeError) as err:
         st.run(fn)
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)
 
 
 def test_merge_fn_returning_a_per_replica_value_from_outside():
@@ -149,4 +141,4 @@ def test_merge_fn_returning_a_per_replica_value_from_outside():
         return sx.get_replica_context().merge_call(lambda s: outside)
     with pytest.raises(RuntimeError) as err:
         st.run(fn)
-    assert_names_line(err, line)
+    assert_names_this_line(err, line)

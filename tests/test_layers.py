@@ -1,0 +1,132 @@
+"""The package layout is the architecture: read strategax's import graph (every import
+statement, those inside functions included; not those under `if TYPE_CHECKING:`) and fail on
+an import cycle, an import of a higher layer, or a folder of more than 16 modules."""
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent / "strategax"
+
+# Lowest first. A module may import modules of its own package and of lower layers only.
+LAYERS = [
+    {"errors"},
+    {"_context"},
+    {"ir"},
+    {"dialects"},
+    {"passes", "backends"},
+    {"trace", "cluster"},
+    {"variables", "input"},
+    {"distribute"},
+    {"nn", "cluster_resolver", "tools"},  # facades and command lines
+    {"__init__"},  # `import strategax as sx`: the public names
+]
+RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+MAX_MODULES = 16
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str) -> str:
+    """The layer package of `strategax.x.y` (`x`); `__init__` for `strategax` itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _type_checking_only(node: ast.AST, parents: dict) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The strategax modules `path` imports (a `from pkg import name` of a submodule counts as
+    importing that submodule)."""
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(tree):
+        if _type_checking_only(node, parents):
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("strategax"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("strategax"):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in modules else target)
+    return {m for m in out if m != me}
+
+
+def import_graph() -> nx.DiGraph:
+    files = sorted(ROOT.rglob("*.py"))
+    modules = {module_name(f) for f in files}
+    g = nx.DiGraph()
+    for f in files:
+        g.add_node(module_name(f))
+        for target in imports_of(f, modules):
+            if target in modules:
+                g.add_edge(module_name(f), target)
+    return g
+
+
+def test_every_package_has_a_layer():
+    # Intent: a new package is placed in the layer picture before it is used.
+    packages = {package_of(m) for m in import_graph()}
+    assert packages <= set(RANK), f"packages without a layer: {packages - set(RANK)}"
+
+
+def test_no_import_cycles():
+    # Intent: no two modules import each other, directly or through others, deferred imports included.
+    g = import_graph()
+    cycles = list(nx.simple_cycles(g))
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c + c[:1]) for c in cycles[:10])
+
+
+def test_no_upward_imports():
+    # Intent: each layer imports only the layers below it (and its own package).
+    bad = []
+    for a, b in import_graph().edges:
+        pa, pb = package_of(a), package_of(b)
+        if pa != pb and RANK[pb] >= RANK[pa]:
+            bad.append(f"{a} imports {b} (layer {RANK[pa]} -> {RANK[pb]})")
+    assert not bad, "imports that do not point down:\n" + "\n".join(bad)
+
+
+def test_no_folder_over_16_modules():
+    # Intent: folders stay small enough to read; split one that grows past 16 modules.
+    counts = {}
+    for f in ROOT.rglob("*.py"):
+        counts[f.parent] = counts.get(f.parent, 0) + 1
+    big = {str(d.relative_to(ROOT.parent)): n for d, n in counts.items() if n > MAX_MODULES}
+    assert not big, f"folders over {MAX_MODULES} modules: {big}"
+
+
+def test_the_graph_sees_deferred_and_relative_imports(tmp_path):
+    # Intent: the reader itself is right: imports inside functions and relative imports count.
+    pkg = tmp_path / "strategax" / "a"
+    pkg.mkdir(parents=True)
+    f = pkg / "m.py"
+    f.write_text("from . import n\nfrom ..b import c\ndef g():\n    from ..errors import X\n"
+                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..d import e\n")
+    global ROOT
+    saved, ROOT = ROOT, tmp_path / "strategax"
+    try:
+        got = imports_of(f, {"strategax.a.n", "strategax.b.c", "strategax.errors"})
+    finally:
+        ROOT = saved
+    assert got == {"strategax.a.n", "strategax.b.c", "strategax.errors"}
