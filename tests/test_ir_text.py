@@ -52,6 +52,19 @@ def test_comments_are_ignored_and_names_kept():
     ("module @m {\n  func @f() -> () {\n    %a = sx.replica_id : q32[]\n    return\n  }\n}\n", 3, 26, "unknown dtype"),
     ("module @m {\n  func @f() -> () {\n    return\n  }\n", 5, 1, "end of input"),
     ("module @m { $ }", 1, 13, "unexpected character"),
+    # declared attributes: a misspelt enum names the attribute and its allowed values
+    ('module @m {\n  var @w : f32[] mirrored {sync = "on_write", agg = "summ"}\n  func @f() -> () {\n    return\n  }\n}\n',
+     2, 53, 'attribute `agg` is "summ"; allowed values: "none", "sum", "mean", "only_first_replica"'),
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "summ", reason = "r"} : f32[] mirrored\n    return\n  }\n}\n',
+     3, 33, 'attribute `op` is "summ"; allowed values: "sum", "mean", "max", "min"'),
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum", reason = 3} : f32[] mirrored\n    return\n  }\n}\n',
+     3, 49, "attribute `reason` must be a string, not 3"),
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum", reason = "r", pack = 3} : f32[] mirrored\n    return\n  }\n}\n',
+     3, 61, "unknown attribute `pack`"),
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum"} : f32[] mirrored\n    return\n  }\n}\n',
+     3, 5, "missing attribute reason"),
+    ('module @m attributes {num_replicas = 0} {\n  func @f() -> () {\n    return\n  }\n}\n',
+     1, 38, "attribute `num_replicas` must be >= 1"),
 ])
 def test_parse_errors_point_at_line_and_column(bad, line, col, message):
     with pytest.raises(ir.ParseError) as err:

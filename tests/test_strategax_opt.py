@@ -68,6 +68,20 @@ def test_cli_unknown_pass_exits_1_without_traceback():
     assert "unknown pass 'nope'" in result.stderr
 
 
+@pytest.mark.parametrize("spec, message", [
+    ("fuse-collectives{bytes_per_pack=abc}", "pass 'fuse-collectives': option 'bytes_per_pack' takes int values, not 'abc'"),
+    ("fuse-collectives{bytes_per_pack=1.5}", "option 'bytes_per_pack' takes int values, not '1.5'"),
+    ("fuse-collectives{bytes=4}", "pass 'fuse-collectives' has no option 'bytes'; its options: bytes_per_pack"),
+    ("cse{anything=1}", "pass 'cse' has no option 'anything'; its options: none"),
+])
+def test_cli_bad_pass_option_exits_1_naming_it(spec, message):
+    # Intent: options are converted to the pass dataclass's declared types when the pipeline is
+    # read; a bad one names the pass and the option, with no traceback.
+    result = run_cli("-", "-p", spec, stdin=GOOD)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert message in result.stderr, result.stderr
+
+
 def test_print_after_all_prints_each_stage(capsys):
     args = strategax_opt.build_parser().parse_args(["-p", "cse,dce", "--print-after-all"])
     out = strategax_opt.run(GOOD, args, "<t>", err=sys.stdout)
