@@ -153,13 +153,13 @@ def parse_pipeline(spec: str) -> list[Pass]:
         elif ch == "}":
             depth -= 1
             if depth < 0:
-                raise ValueError(f"unbalanced '}}' in pass pipeline {spec!r}")
+                raise PassOptionError(f"unbalanced '}}' in pass pipeline {spec!r}")
         elif ch == "," and depth == 0:
             if spec[start:i].strip():
                 items.append(spec[start:i].strip())
             start = i + 1
     if depth:
-        raise ValueError(f"unbalanced '{{' in pass pipeline {spec!r}")
+        raise PassOptionError(f"unbalanced '{{' in pass pipeline {spec!r}")
     passes: list[Pass] = []
     for item in items:
         name, _, rest = item.partition("{")

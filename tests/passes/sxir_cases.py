@@ -1,8 +1,9 @@
 """Reads the pass suite's `.sxir` files: cases separated by `// -----`, each with
-`// CASE: name: intent`, `// RUN: <strategax-opt arguments>`, the input module, then
-`// CHECK: s` (in order, each on a later output line), `// CHECK-NOT: s` (not between the
-matches of the CHECKs around it, as in LLVM's FileCheck) or `// EXPECT-ERROR: s` (running
-fails with a message containing s)."""
+`// CASE: name: intent`, `// RUN: <strategax-opt arguments>`, the input module, then either
+FileCheck lines (`// CHECK:`, `CHECK-NEXT`, `CHECK-SAME`, `CHECK-LABEL`, `CHECK-NOT`,
+`CHECK-DAG`, captures `%[[X:.*]]` and uses `%[[X]]`: LLVM FileCheck's rules, run by the
+`filecheck` package on strategax-opt's output) or `// EXPECT-ERROR: ErrorType: text` (running
+fails with an error of that type whose message contains the text)."""
 from __future__ import annotations
 
 import re
@@ -11,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).parent
-_DIRECTIVE = re.compile(r"//\s*(CASE|RUN|CHECK|CHECK-NOT|EXPECT-ERROR):\s?(.*)$")
+_DIRECTIVE = re.compile(r"//\s*(CASE|RUN|EXPECT-ERROR):\s?(.*)$")
+_CHECK = re.compile(r"//\s*CHECK(-[A-Z]+)?:")
+_EXPECTED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):\s?(.*)$")
 
 
 @dataclass
@@ -23,38 +26,44 @@ class Case:
     run: list[str] = field(default_factory=list)
     input_lines: list[str] = field(default_factory=list)
     input_start: int = 0  # 0-based file line where the module text starts
-    checks: list[tuple[str, str]] = field(default_factory=list)  # (kind, text)
+    check_lines: dict[int, str] = field(default_factory=dict)  # 0-based file line -> its text
+    expect_error: tuple[str, str] | None = None  # (error type name, message text)
 
     @property
     def input(self) -> str:
         return "\n".join(self.input_lines) + "\n"
 
-    @property
-    def expect_error(self) -> list[str]:
-        return [t for k, t in self.checks if k == "EXPECT-ERROR"]
+    def check_text(self) -> str:
+        """The case's FileCheck lines at their own line numbers (so failures name the file's lines)."""
+        last = max(self.check_lines, default=-1)
+        return "\n".join(self.check_lines.get(i, "") for i in range(last + 1)) + "\n"
 
 
 def read_cases(path: Path) -> list[Case]:
     lines = path.read_text(encoding="utf-8").splitlines()
     cases, current = [], Case(path, 0)
     for i, line in enumerate(lines):
-        if line.strip() == "// -----":
+        text = line.strip()
+        if text == "// -----":
             cases.append(current)
             current = Case(path, i + 1)
             continue
-        m = _DIRECTIVE.match(line.strip())
+        m = _DIRECTIVE.match(text)
         if m:
-            kind, text = m.groups()
+            kind, arg = m.groups()
             if kind == "CASE":
-                current.name, _, current.intent = text.partition(":")
-                current.name, current.intent = current.name.strip(), current.intent.strip()
+                name, _, intent = arg.partition(":")
+                current.name, current.intent = name.strip(), intent.strip()
             elif kind == "RUN":
-                current.run = shlex.split(text)
+                current.run = shlex.split(arg)
             else:
-                current.checks.append((kind, text.rstrip()))
-        elif line.strip().startswith("//"):
+                expected = _EXPECTED.match(arg.rstrip())
+                current.expect_error = (expected.group(1), expected.group(2)) if expected else ("?", arg)
+        elif _CHECK.match(text):
+            current.check_lines[i] = text
+        elif text.startswith("//"):
             continue
-        elif line.strip() or current.input_lines:
+        elif text or current.input_lines:
             if not current.input_lines:
                 current.input_start = i
             current.input_lines.append(line)
