@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..ir import Module, lookup
+from ..ir import Module, is_collective
 
 
 def module_graph(module: Module) -> nx.DiGraph:
@@ -17,8 +17,7 @@ def module_graph(module: Module) -> nx.DiGraph:
         producer[id(a)] = node
     for k, op in enumerate(body.ops):
         node = f"op{k}"
-        opdef = lookup(op.name)
-        collective = bool(opdef and opdef.is_collective)
+        collective = is_collective(op)
         label = op.name + (f"\n{op.attrs.get('reason', '')}" if collective else "")
         if op.loc:
             label += f"\n{op.loc}"
