@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from conftest import assert_names_this_line, here
 
 N = 4
 
@@ -170,9 +171,12 @@ def test_vmap_of_a_variable_update_is_an_error(strategy):
     with strategy.scope():
         v = sx.Variable(0.0, aggregation=sx.VariableAggregation.SUM)
 
+    line = here() + 4
+
     @strategy.function
     def step(xs):
         return strategy.run(lambda xs: jax.vmap(lambda x: v.assign_add(x))(xs), args=(xs,))
 
-    with pytest.raises(ValueError, match="vmap"):
+    with pytest.raises(ValueError, match="inside jax.vmap with a batched value") as err:
         step(jnp.ones(3))
+    assert_names_this_line(err, line)

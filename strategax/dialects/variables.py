@@ -117,7 +117,7 @@ def _update_jvp(p):
 
 def _update_batch(args, dims, *, var, ctx):
     raise DistributionValueError(
-        f"a variable (@{var.name}) is updated inside jax.vmap with a batched value: every batch "
+        f"variable {variable(var.name).name!r} is updated inside jax.vmap with a batched value: every batch "
         "element would write the same variable",
         "update the variable outside the vmapped function, with one value (e.g. reduce the batch first)")
 
