@@ -1,0 +1,188 @@
+"""Where checkpoints go, and how many savers share a directory without losing anything.
+
+`save(directory)` (an existing directory, or a path ending in a separator) writes
+`directory/ckpt-N`; `save(prefix)` (anything else, TensorFlow's file prefix) writes `prefix-N`
+in the prefix's directory. N is one more than the largest number in the directory, taken by
+an exclusive `mkdir` of a claim folder `.sx-claim-N` (two savers can never hold the same N);
+orbax writes the checkpoint inside the claim, and it is published with one `rename` to its
+final name, so `name-N` only ever names a complete checkpoint. A claim whose owner process is
+gone (killed mid-save) is removed by the next save in that directory, as is the trash of
+checkpoints a manager deleted (renamed away first, so deletion is atomic too).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import time
+import uuid
+
+from ..errors import CheckpointError
+
+NUMBERED = re.compile(r"(?P<name>[^.].*)-(?P<number>\d+)\Z")
+CLAIM, TRASH = ".sx-claim-", ".sx-trash-"
+OWNER = "owner"
+ORPHAN_AGE_S = 60.0  # a claim without an owner record (killed within microseconds of the mkdir)
+
+
+def is_checkpoint(path: str) -> bool:
+    """Whether `path` is one (orbax) checkpoint folder rather than a folder of them."""
+    return os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA"))
+
+
+def resolve(target: str) -> tuple[str, str]:
+    """(directory, name): where `save(target)` writes `name-N`."""
+    target = os.fspath(target)
+    if target.endswith(os.sep) or os.path.isdir(target):
+        if is_checkpoint(target):
+            raise CheckpointError(f"{target} is a checkpoint, not a directory to save checkpoints in",
+                                  "save into its parent directory")
+        return os.path.normpath(target), "ckpt"
+    directory, name = os.path.split(target)
+    if not NUMBERED.match(f"{name}-1"):
+        raise CheckpointError(f"checkpoint prefix {name!r} cannot start with '.' (hidden names are "
+                              "strategax's own claims)", "use a prefix like 'ckpt'")
+    return directory or ".", name
+
+
+def numbered(directory: str) -> list[tuple[int, str]]:
+    """(N, path) of every published checkpoint in `directory` (any name), oldest first. Only
+    real folders directly inside count: a link is never followed out of the directory."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for entry in entries:
+        m = NUMBERED.match(entry.name)
+        if m and entry.is_dir(follow_symlinks=False):
+            out.append((int(m.group("number")), entry.path))
+    return sorted(out)
+
+
+def latest_checkpoint(directory: str) -> str | None:
+    """The path of the newest complete checkpoint in `directory` (the largest N), or None."""
+    found = numbered(os.fspath(directory))
+    return found[-1][1] if found else None
+
+
+# --- claims -----------------------------------------------------------------------------------
+def _start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _owner_record() -> str:
+    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
+
+
+def _owner_alive(claim: str) -> bool:
+    try:
+        with open(os.path.join(claim, OWNER)) as f:
+            host, pid, started = (f.read().split() + ["", "", ""])[:3]
+    except OSError:
+        host = pid = started = ""
+    if not pid.isdigit():  # no record yet: the owner may be between mkdir and writing it
+        try:
+            return time.time() - os.stat(claim).st_mtime < ORPHAN_AGE_S
+        except OSError:
+            return False
+    if host != socket.gethostname():
+        return True  # another machine's saver: cannot tell, never remove
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return not started or _start_time(int(pid)) in ("", started)
+
+
+def remove_stale(directory: str) -> None:
+    """Remove the claims of dead savers and the trash of deleted checkpoints."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.name.startswith(TRASH) or entry.name.startswith(CLAIM) and not _owner_alive(entry.path):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _numbers_in_use(directory: str) -> list[int]:
+    numbers = [n for n, _ in numbered(directory)]
+    for name in os.listdir(directory):
+        if name.startswith(CLAIM) and name[len(CLAIM):].isdigit():
+            numbers.append(int(name[len(CLAIM):]))
+    return numbers
+
+
+class Claim:
+    """The number N of one save, held from before the write until its publication."""
+
+    def __init__(self, directory: str, name: str, number: int | None = None):
+        os.makedirs(directory, exist_ok=True)
+        remove_stale(directory)
+        self.directory, self.name = directory, name
+        while True:
+            n = number if number is not None else max(_numbers_in_use(directory), default=0) + 1
+            folder = os.path.join(directory, f"{CLAIM}{n}")
+            try:
+                os.mkdir(folder)
+            except FileExistsError:
+                if number is not None:
+                    raise CheckpointError(f"checkpoint number {n} in {directory} is being written by "
+                                          "another save", "use another number") from None
+                continue
+            with open(os.path.join(folder, OWNER), "w") as f:
+                f.write(_owner_record())
+            if any(m == n for m, _ in numbered(directory)):  # published while we looked
+                shutil.rmtree(folder, ignore_errors=True)
+                if number is not None:
+                    raise CheckpointError(f"a checkpoint numbered {n} already exists in {directory}",
+                                          "use another number")
+                continue
+            break
+        self.number, self.folder = n, folder
+        self.path = os.path.join(directory, f"{name}-{n}")
+        self.staging = os.path.join(folder, f"{name}-{n}")  # orbax writes here
+
+    def publish(self) -> None:
+        """Move the complete checkpoint to its final name (one atomic rename)."""
+        try:
+            os.rename(self.staging, self.path)  # never replaces a non-empty folder
+        except OSError as e:
+            raise CheckpointError(f"cannot publish checkpoint {self.path}: {e}",
+                                  "is another program writing the same name?") from e
+        _sync_directory(self.directory)
+        self.abandon()
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def delete(path: str) -> None:
+    """Delete a checkpoint atomically: rename it away, then remove it."""
+    trash = os.path.join(os.path.dirname(path), f"{TRASH}{uuid.uuid4().hex}")
+    try:
+        os.rename(path, trash)
+    except FileNotFoundError:
+        return  # another manager deleted it first
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _sync_directory(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

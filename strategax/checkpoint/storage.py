@@ -1,0 +1,82 @@
+"""orbax-checkpoint is the storage engine: a checkpoint is an orbax checkpoint of a nested dict
+(`StandardCheckpointHandler`), so orbax alone restores it. Arrays are written from their
+devices by orbax (in a multi-worker job each process writes its own shards; replicated arrays
+once), synchronously or with orbax's async checkpointing (the device-to-host copy happens
+before `save` returns, the write in the background). strategax's own record (a format tag and
+one digest per entry) rides in the checkpoint's custom metadata.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from .names import Path, nest
+
+FORMAT = "strategax-checkpoint/1"
+KEY = "strategax"
+
+
+def _ocp():
+    import orbax.checkpoint as ocp  # imported on first use: `import strategax` stays light
+    return ocp
+
+
+def write(path: str, tree: dict, record: dict, asynchronous: bool) -> Callable[[], None]:
+    """Start writing `tree` to `path` (which must not exist); returns the function that waits
+    until it is complete on disk (at once for a synchronous write)."""
+    ocp = _ocp()
+    handler = ocp.StandardCheckpointHandler()
+    checkpointer = ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler)
+    checkpointer.save(path, args=ocp.args.StandardSave(tree), custom_metadata={KEY: {"format": FORMAT, **record}})
+
+    def finish() -> None:
+        try:
+            if asynchronous:
+                checkpointer.wait_until_finished()
+        finally:
+            checkpointer.close()
+    return finish
+
+
+def read_metadata(path: str) -> tuple[dict[Path, tuple[tuple, np.dtype]], dict | None]:
+    """(shape and dtype of every entry by path, strategax's record or None) without reading
+    the arrays."""
+    ocp = _ocp()
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+        meta = checkpointer.metadata(path)
+    tree = meta.item_metadata.tree if hasattr(meta.item_metadata, "tree") else meta.item_metadata
+    flat: dict[Path, tuple[tuple, np.dtype]] = {}
+    _flatten((), tree, flat)
+    record = (meta.custom_metadata or {}).get(KEY)
+    return flat, record
+
+
+def _flatten(path: Path, node: Any, out: dict) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _flatten(path + (str(key),), value, out)
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            _flatten(path + (str(i),), value, out)
+    else:
+        out[path] = (tuple(node.shape), np.dtype(node.dtype))
+
+
+def read(path: str, tree_paths: list[Path]) -> dict[Path, np.ndarray]:
+    """Every entry of the checkpoint as a host array (any number of devices and processes)."""
+    ocp = _ocp()
+    restore_args = nest({p: ocp.RestoreArgs(restore_type=np.ndarray) for p in tree_paths})
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    out: dict[Path, np.ndarray] = {}
+    _collect((), tree, out)
+    return out
+
+
+def _collect(path: Path, node: Any, out: dict) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _collect(path + (str(key),), value, out)
+    else:
+        out[path] = np.asarray(node)
