@@ -163,7 +163,10 @@ class _Save:
         arrays = {}
         for key, var in unique.items():
             var._check_read("cross_replica")  # a sync-on-read variable without aggregation cannot be saved
-            arrays[key] = var._store.global_value()
+            value = var._store.global_value()
+            if self.processes > 1 and value.is_fully_addressable:
+                value = np.asarray(value)  # a variable outside any strategy: orbax writes it from worker 0
+            arrays[key] = value
         sums = dict(zip(unique, digest.digests(list(arrays.values()))))
         tree = names.nest({p: arrays[id(v)] for p, v in self.entries.items()})
         record = {"digests": {names.dotted(p): sums[id(v)] for p, v in self.entries.items()}}

@@ -27,8 +27,13 @@ _digests = jax.jit(lambda arrays: [_digest(a) for a in arrays])
 
 
 def digests(arrays: list) -> list[list[int]]:
-    """[plain sum, weighted sum] of each array (device arrays or host arrays)."""
-    if not arrays:
-        return []
-    return [[int(x) for x in np.asarray(d)] for d in _digests([jnp.asarray(a) if isinstance(a, np.ndarray) else a
-                                                                for a in arrays])]
+    """[plain sum, weighted sum] of each array: device arrays where they are (one program, over
+    every process for arrays spanning a job), host arrays on this process's default device."""
+    out: list = [None] * len(arrays)
+    for on_host in (False, True):
+        picked = [i for i, a in enumerate(arrays) if isinstance(a, np.ndarray) == on_host]
+        if picked:
+            group = [jnp.asarray(arrays[i]) if on_host else arrays[i] for i in picked]
+            for i, d in zip(picked, _digests(group)):
+                out[i] = [int(x) for x in np.asarray(d)]
+    return out
