@@ -12,9 +12,11 @@ after the furthest any worker has reached (`multihost_utils.reached_preemption_s
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
+import weakref
 from typing import Any, Callable
 
 import jax
@@ -56,11 +58,9 @@ class PreemptionCheckpointHandler:
         self._run_counter = int(self._runs.numpy())
         self._multi_process = jax.process_count() > 1
         self._noticed = threading.Event()
+        self._save_at: int | None = None
         if not self._multi_process:  # several processes: JAX's preemption sync manager has SIGTERM
-            if threading.current_thread() is not threading.main_thread():
-                raise CheckpointError("PreemptionCheckpointHandler must be created in the main thread "
-                                      "(it installs the SIGTERM handler)", "create it in the main thread")
-            signal.signal(signal.SIGTERM, lambda signum, frame: self._noticed.set())
+            self._previous = _watch_sigterm(weakref.ref(self))
 
     @property
     def total_run_calls(self) -> int:
@@ -92,8 +92,12 @@ class PreemptionCheckpointHandler:
 
             if not multihost_utils.reached_preemption_sync_point(self._run_counter):
                 return
-        elif not self._noticed.is_set():
-            return
+        else:
+            if self._save_at is None and self._noticed.is_set():
+                self._save_at = self._run_counter + 1  # TensorFlow's choice: one more step first
+            if self._save_at != self._run_counter:
+                return
+            signal.signal(signal.SIGTERM, self._previous)
         self._runs.assign(self._run_counter)
         self._manager.sync()
         path = self._manager.save(check_interval=False)
@@ -101,3 +105,24 @@ class PreemptionCheckpointHandler:
         print(f"strategax: preemption notice: saved {path} after {self._run_counter} runs; exiting",
               file=sys.stderr, flush=True)
         self._exit_fn()
+
+
+def _watch_sigterm(handler: "weakref.ref[PreemptionCheckpointHandler]"):
+    """Note SIGTERM for `handler`; once the handler is gone, SIGTERM does what it did before.
+    Returns the previous disposition."""
+    if threading.current_thread() is not threading.main_thread():
+        raise CheckpointError("PreemptionCheckpointHandler must be created in the main thread "
+                              "(it installs the SIGTERM handler)", "create it in the main thread")
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame):
+        live = handler()
+        if live is not None:
+            live._noticed.set()
+        elif callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return previous if previous is not None else signal.SIG_DFL
