@@ -241,8 +241,8 @@ DAMAGE = {
                             "is damaged"),
     "missing_manifest": (lambda p: os.remove(os.path.join(p, "manifest.ocdbt")), "is damaged"),
     "garbled_metadata": (lambda p: pathlib.Path(p, "_METADATA").write_bytes(b"\x9c{not json"), "is damaged"),
-    "lost_strategax_record": (lambda p: pathlib.Path(p, "_CHECKPOINT_METADATA").write_text("{"),
-                              "not a strategax checkpoint"),
+    "garbled_strategax_record": (lambda p: pathlib.Path(p, "strategax.json").write_text("{"),
+                                 "not a strategax checkpoint"),
     "emptied": (lambda p: [shutil.rmtree(p), os.mkdir(p)], "is not a checkpoint"),
     "replaced_by_a_file": (lambda p: [shutil.rmtree(p), pathlib.Path(p).write_text("x")], "is not a checkpoint"),
 }

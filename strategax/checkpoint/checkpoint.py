@@ -159,6 +159,7 @@ class _Save:
         return self.path
 
     def _write(self) -> Callable[[], None]:
+        """Hand orbax the arrays (and dispatch their digests); returns what completes the write."""
         unique: dict[int, Variable] = {id(v): v for v in self.entries.values()}
         arrays = {}
         for key, var in unique.items():
@@ -167,10 +168,17 @@ class _Save:
             if self.processes > 1 and value.is_fully_addressable:
                 value = np.asarray(value)  # a variable outside any strategy: orbax writes it from worker 0
             arrays[key] = value
-        sums = dict(zip(unique, digest.digests(list(arrays.values()))))
-        tree = names.nest({p: arrays[id(v)] for p, v in self.entries.items()})
-        record = {"digests": {names.dotted(p): sums[id(v)] for p, v in self.entries.items()}}
-        return storage.write(self.staging, tree, record, asynchronous=self.asynchronous)
+        finish = storage.write(self.staging, names.nest({p: arrays[id(v)] for p, v in self.entries.items()}),
+                               asynchronous=self.asynchronous)
+        sums = digest.start(list(arrays.values()))  # queued behind orbax's copies, not before them
+
+        def complete() -> None:
+            finish()
+            if self.claim:  # worker 0 records the digests; then the checkpoint can be published
+                by_var = dict(zip(unique, sums()))
+                storage.write_record(self.staging, {"digests": {names.dotted(p): by_var[id(v)]
+                                                                for p, v in self.entries.items()}})
+        return complete
 
     def _complete(self, finish: Callable[[], None]) -> None:
         try:
@@ -197,14 +205,15 @@ def _check_is_checkpoint(path: str) -> None:
 
 
 def _read_metadata(path: str):
+    record = storage.read_record(path)
+    if not record or record.get("format") != storage.FORMAT or not isinstance(record.get("digests"), dict):
+        raise CheckpointError(f"{path} is not a strategax checkpoint, or its {storage.RECORD} is damaged",
+                              "restore a checkpoint written by sx.Checkpoint")
     try:
-        meta, record = storage.read_metadata(path)
+        meta = storage.read_metadata(path)
     except Exception as e:  # orbax/tensorstore/json errors of a damaged file
         raise CheckpointError(f"checkpoint {path} is damaged: its metadata cannot be read ({_first_line(e)})",
                               "restore an earlier checkpoint") from e
-    if not record or record.get("format") != storage.FORMAT or not isinstance(record.get("digests"), dict):
-        raise CheckpointError(f"{path} is not a strategax checkpoint, or its _CHECKPOINT_METADATA is damaged "
-                              "(no strategax record)", "restore a checkpoint written by sx.Checkpoint")
     return meta, record
 
 

@@ -3,10 +3,13 @@ file back as a wrong value without complaint, and a silent wrong value is the wo
 
 The digest is two sums over the array's bit pattern as 32-bit words, wrapping: the plain sum
 changes whenever one word does, the sum weighted by odd numbers (invertible modulo 2**32)
-catches words that trade places. It runs where the arrays are (one small program; over every
-process of a multi-worker job) so saving moves no extra data to the host.
+catches words that trade places. It runs where the arrays are, dispatched before `save` returns
+and waited for by the write, so an async save is not held up by it and no extra data moves
+to the host.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,14 +29,31 @@ def _digest(a: jax.Array) -> jax.Array:
 _digests = jax.jit(lambda arrays: [_digest(a) for a in arrays])
 
 
-def digests(arrays: list) -> list[list[int]]:
-    """[plain sum, weighted sum] of each array: device arrays where they are (one program, over
-    every process for arrays spanning a job), host arrays on this process's default device."""
-    out: list = [None] * len(arrays)
-    for on_host in (False, True):
-        picked = [i for i, a in enumerate(arrays) if isinstance(a, np.ndarray) == on_host]
-        if picked:
-            group = [jnp.asarray(arrays[i]) if on_host else arrays[i] for i in picked]
-            for i, d in zip(picked, _digests(group)):
+def start(arrays: list) -> Callable[[], list[list[int]]]:
+    """Dispatch the digests of `arrays` (device work, queued behind what is already there; the
+    arrays may be donated afterwards) and return the function that waits for them:
+    [plain sum, weighted sum] of each. A replicated array is summed on one of its devices (not
+    on every copy; the arrays spread over the devices); an array split over devices (or
+    processes) by one program over all of them; host arrays on the default device."""
+    groups: dict = {}
+    for i, a in enumerate(arrays):
+        if isinstance(a, np.ndarray):
+            a = jnp.asarray(a)
+        elif a.is_fully_replicated:  # one copy, the arrays spread over the devices holding copies
+            shards = a.addressable_shards
+            a = shards[i % len(shards)].data
+        groups.setdefault(a.sharding, []).append((i, a))
+    pending = [([i for i, _ in members], _digests([a for _, a in members])) for members in groups.values()]
+
+    def result() -> list[list[int]]:
+        out: list = [None] * len(arrays)
+        for indices, sums in pending:
+            for i, d in zip(indices, jax.device_get(sums)):
                 out[i] = [int(x) for x in np.asarray(d)]
-    return out
+        return out
+    return result
+
+
+def digests(arrays: list) -> list[list[int]]:
+    """The digests of `arrays`, waited for."""
+    return start(arrays)()

@@ -3,10 +3,13 @@
 devices by orbax (in a multi-worker job each process writes its own shards; replicated arrays
 once), synchronously or with orbax's async checkpointing (the device-to-host copy happens
 before `save` returns, the write in the background). strategax's own record (a format tag and
-one digest per entry) rides in the checkpoint's custom metadata.
+one digest per entry) is a small `strategax.json` beside orbax's files, written once the
+digests are in, before the checkpoint is published; orbax ignores it.
 """
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Callable
 
 import numpy as np
@@ -14,7 +17,7 @@ import numpy as np
 from .names import Path, nest
 
 FORMAT = "strategax-checkpoint/1"
-KEY = "strategax"
+RECORD = "strategax.json"
 
 
 def _ocp():
@@ -22,13 +25,13 @@ def _ocp():
     return ocp
 
 
-def write(path: str, tree: dict, record: dict, asynchronous: bool) -> Callable[[], None]:
+def write(path: str, tree: dict, asynchronous: bool) -> Callable[[], None]:
     """Start writing `tree` to `path` (which must not exist); returns the function that waits
     until it is complete on disk (at once for a synchronous write)."""
     ocp = _ocp()
     handler = ocp.StandardCheckpointHandler()
     checkpointer = ocp.AsyncCheckpointer(handler) if asynchronous else ocp.Checkpointer(handler)
-    checkpointer.save(path, args=ocp.args.StandardSave(tree), custom_metadata={KEY: {"format": FORMAT, **record}})
+    checkpointer.save(path, args=ocp.args.StandardSave(tree))
 
     def finish() -> None:
         try:
@@ -39,17 +42,35 @@ def write(path: str, tree: dict, record: dict, asynchronous: bool) -> Callable[[
     return finish
 
 
-def read_metadata(path: str) -> tuple[dict[Path, tuple[tuple, np.dtype]], dict | None]:
-    """(shape and dtype of every entry by path, strategax's record or None) without reading
-    the arrays."""
+def write_record(path: str, record: dict) -> None:
+    """strategax's record of a written checkpoint (a temporary name, then a rename)."""
+    tmp = os.path.join(path, f".{RECORD}.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"format": FORMAT, **record}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, RECORD))
+
+
+def read_record(path: str) -> dict | None:
+    """strategax's record, or None when it is missing or unreadable."""
+    try:
+        with open(os.path.join(path, RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_metadata(path: str) -> dict[Path, tuple[tuple, np.dtype]]:
+    """The shape and dtype of every entry by path, without reading the arrays."""
     ocp = _ocp()
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
         meta = checkpointer.metadata(path)
     tree = meta.item_metadata.tree if hasattr(meta.item_metadata, "tree") else meta.item_metadata
     flat: dict[Path, tuple[tuple, np.dtype]] = {}
     _flatten((), tree, flat)
-    record = (meta.custom_metadata or {}).get(KEY)
-    return flat, record
+    return flat
 
 
 def _flatten(path: Path, node: Any, out: dict) -> None:
