@@ -68,20 +68,19 @@ def read_metadata(path: str) -> dict[Path, tuple[tuple, np.dtype]]:
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
         meta = checkpointer.metadata(path)
     tree = meta.item_metadata.tree if hasattr(meta.item_metadata, "tree") else meta.item_metadata
-    flat: dict[Path, tuple[tuple, np.dtype]] = {}
-    _flatten((), tree, flat)
-    return flat
+    return _flat(tree, lambda leaf: (tuple(leaf.shape), np.dtype(leaf.dtype)))
 
 
-def _flatten(path: Path, node: Any, out: dict) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _flatten(path + (str(key),), value, out)
-    elif isinstance(node, (list, tuple)):
-        for i, value in enumerate(node):
-            _flatten(path + (str(i),), value, out)
+def _flat(tree: Any, leaf_fn: Callable, path: Path = (), out: dict | None = None) -> dict:
+    """{path: leaf_fn(leaf)} of a nested dict (lists keyed by index)."""
+    out = {} if out is None else out
+    if isinstance(tree, (dict, list, tuple)):
+        items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+        for key, value in items:
+            _flat(value, leaf_fn, path + (str(key),), out)
     else:
-        out[path] = (tuple(node.shape), np.dtype(node.dtype))
+        out[path] = leaf_fn(tree)
+    return out
 
 
 def read(path: str, tree_paths: list[Path]) -> dict[Path, np.ndarray]:
@@ -90,14 +89,4 @@ def read(path: str, tree_paths: list[Path]) -> dict[Path, np.ndarray]:
     restore_args = nest({p: ocp.RestoreArgs(restore_type=np.ndarray) for p in tree_paths})
     with ocp.PyTreeCheckpointer() as checkpointer:
         tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
-    out: dict[Path, np.ndarray] = {}
-    _collect((), tree, out)
-    return out
-
-
-def _collect(path: Path, node: Any, out: dict) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _collect(path + (str(key),), value, out)
-    else:
-        out[path] = np.asarray(node)
+    return _flat(tree, np.asarray)
