@@ -117,20 +117,6 @@ def test_sync_on_read_none_read_in_cross_replica_context():
     assert_names_this_line(err, line)
 
 
-def test_variable_update_inside_lax_cond_is_unsupported():
-    # Intent: a known gap, reported clearly: variable updates inside lax.cond/while/scan.
-    import jax
-    st = strategy2()
-    with st.scope():
-        v = sx.Variable(1.0, aggregation="SUM")
-    line = here() + 2
-    def fn():
-        jax.lax.cond(rid() > 0, lambda: v.assign_add(1.0) * 0, lambda: jnp.float32(0))
-    with pytest.raises(RuntimeError) as err:
-        st.run(fn)
-    assert_names_this_line(err, line)
-
-
 def test_merge_fn_returning_a_per_replica_value_from_outside():
     # Intent: merge_fn's PerReplica results give replica i component i (API.md, TF 2.21); one
     # that this program did not compute (captured from outside) cannot, and raises at the call.

@@ -19,8 +19,17 @@ class ReferenceContext:
         return len(self.replica_ids)
 
     def subset(self, positions: Sequence[int]) -> "ReferenceContext":
-        vars_ = {k: [v[p] for p in positions] for k, v in self.vars.items()}  # reads only
+        """The replicas at `positions` alone (those taking one branch); `merge` writes back."""
+        vars_ = {k: [v[p] for p in positions] for k, v in self.vars.items()}
         return ReferenceContext([self.replica_ids[p] for p in positions], vars_)
+
+    def merge(self, sub: "ReferenceContext", positions: Sequence[int]) -> None:
+        """Take the variables' values that the replicas at `positions` computed in `sub`."""
+        for name, values in sub.vars.items():
+            mine = list(self.vars[name])
+            for p, v in zip(positions, values):
+                mine[p] = v
+            self.vars[name] = mine
 
     def run_block(self, block: Block, args: Sequence[Sequence]) -> list[list]:
         env = {id(a): list(x) for a, x in zip(block.args, args)}

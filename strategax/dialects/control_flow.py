@@ -1,16 +1,55 @@
 """Structured control flow kept as ops with regions: `jax.cond`, `jax.while`, `jax.scan`.
 
 Regions are isolated: a region sees only its block arguments, which the op's operands feed
-(the same operand layout as the JAX primitive). Lowering goes through `lax.switch`,
-`lax.while_loop` and `lax.scan`, which trace each region under the current mesh context.
+(the same operand layout as the JAX primitive), and the module's variables, which its ops
+name by symbol as anywhere else. The variables the regions update are the op's carried
+state, listed in its `writes` attribute (`jax.while {..., writes = (@w, @b)}`; the verifier
+checks the list): lowered, their current values enter `lax.switch` / `lax.while_loop` /
+`lax.scan` as extra operands and carries and come back as extra results, so every update
+inside a region, once per iteration, reaches the variable. Lowering traces each region under
+the current mesh context.
 """
 from __future__ import annotations
+
+from typing import Callable, Sequence
 
 import numpy as np
 from jax import lax
 
-from ..ir import Attr, Int, OpDef, Operation, declare, has_collective
+from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef,
+                  declare, has_collective, lookup)
 from .registry import LOWERINGS, REFERENCE
+
+
+def region_writes(regions: Sequence[Block]) -> tuple[SymbolRef, ...]:
+    """The variables the ops of `regions` (nested regions included) update, in first-update order."""
+    seen: dict[str, SymbolRef] = {}
+    for region in regions:
+        for op in region.walk():
+            ref = op.attrs.get("var")
+            opdef = lookup(op.name)
+            if (isinstance(ref, SymbolRef) and opdef is not None and WRITES_VARIABLE in opdef.effects
+                    and ref.name not in seen):
+                seen[ref.name] = ref
+    return tuple(seen.values())
+
+
+def _written(op: Operation) -> list[str]:
+    return [ref.name for ref in op.attrs.get("writes", ())]
+
+
+def _check_writes(verify: Callable[[Operation], str | None]) -> Callable[[Operation], str | None]:
+    """`verify`, then: `writes` names exactly the variables the regions update."""
+    def check(op: Operation) -> str | None:
+        problem = verify(op)
+        if problem:
+            return problem
+        declared, actual = tuple(op.attrs.get("writes", ())), region_writes(op.regions)
+        if len(set(declared)) != len(declared) or set(declared) != set(actual):
+            names = ", ".join(f"@{r.name}" for r in actual) or "none"
+            return f"its regions update {names}; `writes` must list exactly those variables"
+        return None
+    return check
 
 
 def _verify_cond(op: Operation) -> str | None:
@@ -41,44 +80,105 @@ def _verify_scan(op: Operation) -> str | None:
     return None
 
 
+# Result localities before the regions are looked at (`infer-locality` then joins each result
+# with what the producing regions yield, and a per-replica predicate makes every result
+# per-replica): a loop's carries start from their initial values; consts play no part.
+def _cond_locality(op, localities):
+    return [Locality.MIRRORED] * len(op.results)
+
+
+def _while_locality(op, localities):
+    return list(localities[op.attrs["cond_nconsts"] + op.attrs["body_nconsts"]:])
+
+
+def _scan_locality(op, localities):
+    nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
+    return list(localities[nc:nc + ncarry]) + [Locality.MIRRORED] * (len(op.results) - ncarry)
+
+
 # The attributes are the primitive's parameters (the declared ones are checked; others, such
-# as a scan's `linear`, pass through to the re-bound primitive).
+# as a scan's `linear`, pass through to the re-bound primitive), plus `writes`.
+_WRITES = {"writes": Attr("symbols", required=False)}
 declare(OpDef("jax.cond", "Run branch `index` (the first operand) on the other operands.",
-              num_regions=None, attrs={}, open_attrs=True, verify=_verify_cond))
+              num_regions=None, attrs=_WRITES, open_attrs=True, verify=_check_writes(_verify_cond),
+              locality=_cond_locality))
 declare(OpDef("jax.while", "Loop the body region while the cond region yields true.",
-              num_regions=2, attrs={"cond_nconsts": Int(0), "body_nconsts": Int(0)},
-              open_attrs=True, verify=_verify_while))
+              num_regions=2, attrs={"cond_nconsts": Int(0), "body_nconsts": Int(0), **_WRITES},
+              open_attrs=True, verify=_check_writes(_verify_while), locality=_while_locality))
 declare(OpDef("jax.scan", "Loop the body over the leading axis of xs, threading a carry.",
               num_regions=1, attrs={"length": Int(0), "num_consts": Int(0), "num_carry": Int(0),
-                                    "reverse": Attr("bool")},
-              open_attrs=True, verify=_verify_scan))
+                                    "reverse": Attr("bool"), **_WRITES},
+              open_attrs=True, verify=_check_writes(_verify_scan), locality=_scan_locality))
+
+
+def _run_with_state(ctx, names: list[str], state: Sequence, block: Block, args: list) -> list:
+    """Run `block` with variables `names` holding `state` (the region's carried values);
+    returns its results followed by those variables' values after it. The outer values of
+    `ctx.vars` are restored, so no region tracer leaks out."""
+    saved = ctx.vars
+    ctx.vars = {**saved, **dict(zip(names, state))}
+    try:
+        out = ctx.run_block(block, args)
+        return [*out, *(ctx.vars[n] for n in names)]
+    finally:
+        ctx.vars = saved
+
+
+def _split(values: Sequence, n: int) -> tuple[list, list]:
+    """(all but the last n, the last n)."""
+    k = len(values) - n
+    return list(values[:k]), list(values[k:])
 
 
 def _lower_cond(op, args, ctx):
-    branches = [lambda *a, b=b: tuple(ctx.run_block(b, list(a))) for b in op.regions]
-    return list(lax.switch(args[0], branches, *args[1:]))
+    names = _written(op)
+    state = [ctx.vars[n] for n in names]
+
+    def branch(block):
+        def run(*a):
+            operands, st = _split(a, len(names))
+            return tuple(_run_with_state(ctx, names, st, block, operands))
+        return run
+
+    outs, new = _split(lax.switch(args[0], [branch(b) for b in op.regions], *args[1:], *state), len(names))
+    ctx.vars.update(zip(names, new))
+    return outs
 
 
 def _lower_while(op, args, ctx):
+    names = _written(op)
     cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
     cconsts, bconsts, init = args[:cn], args[cn:cn + bn], args[cn + bn:]
     cond, body = op.regions
-    out = lax.while_loop(lambda c: ctx.run_block(cond, [*cconsts, *c])[0],
-                         lambda c: tuple(ctx.run_block(body, [*bconsts, *c])), tuple(init))
-    return list(out)
+
+    def cond_fn(c):
+        carry, st = _split(c, len(names))
+        return _run_with_state(ctx, names, st, cond, [*cconsts, *carry])[0]
+
+    def body_fn(c):
+        carry, st = _split(c, len(names))
+        return tuple(_run_with_state(ctx, names, st, body, [*bconsts, *carry]))
+
+    out, new = _split(lax.while_loop(cond_fn, body_fn, (*init, *(ctx.vars[n] for n in names))), len(names))
+    ctx.vars.update(zip(names, new))
+    return out
 
 
 def _lower_scan(op, args, ctx):
+    names = _written(op)
     nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
     consts, init, xs = args[:nc], args[nc:nc + ncarry], args[nc + ncarry:]
     body = op.regions[0]
 
-    def step(carry, x):
-        out = ctx.run_block(body, [*consts, *carry, *x])
-        return tuple(out[:ncarry]), tuple(out[ncarry:])
+    def step(c, x):
+        carry, st = _split(c, len(names))
+        out, new = _split(_run_with_state(ctx, names, st, body, [*consts, *carry, *x]), len(names))
+        return (*out[:ncarry], *new), tuple(out[ncarry:])
 
-    carry, ys = lax.scan(step, tuple(init), tuple(xs), length=op.attrs["length"],
+    carry, ys = lax.scan(step, (*init, *(ctx.vars[n] for n in names)), tuple(xs), length=op.attrs["length"],
                          reverse=op.attrs["reverse"], unroll=op.attrs.get("unroll", 1))
+    carry, new = _split(carry, len(names))
+    ctx.vars.update(zip(names, new))
     return [*carry, *ys]
 
 
@@ -101,6 +201,7 @@ def _reference_cond(op, args, ctx):
         pos = [r for r, i in enumerate(index) if i == branch]
         sub = ctx.subset(pos)
         res = sub.run_block(op.regions[branch], [[a[r] for r in pos] for a in args[1:]])
+        ctx.merge(sub, pos)
         for k, vals in enumerate(res):
             for r, v in zip(pos, vals):
                 outs[k][r] = v
@@ -120,6 +221,7 @@ def _reference_while(op, args, ctx):
         _require_uniform(op, [body], len(active) == n)
         sub = ctx.subset(active)
         new = sub.run_block(body, [[a[r] for r in active] for a in [*bconsts, *state]])
+        ctx.merge(sub, active)
         for k, vals in enumerate(new):
             for r, v in zip(active, vals):
                 state[k][r] = v

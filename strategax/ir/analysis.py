@@ -2,8 +2,9 @@
 
 Bytes moved per replica follow the ring algorithms: an all-reduce of B bytes sends
 2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B. A collective
-inside a `jax.scan` counts once per iteration; one inside a `jax.while` counts once (its
-trip count is unknown).
+inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
+(a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
+says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class CollectiveInfo:
     reason: str
     location: str
     members: tuple[tuple[str, str, int], ...] = ()  # a bucket's tensors: (reason, location, bytes)
+    per_iteration_of: str = ""  # "jax.while at file:line": counted for one iteration of that loop
 
 
 @dataclass
@@ -45,11 +47,14 @@ class CollectiveStats:
         for c in self.collectives:
             ty = f"{c.dtype}{list(c.shape)}".replace(" ", "")
             rep = f" x{c.repeats}" if c.repeats != 1 else ""
+            if c.per_iteration_of:
+                rep += f" [per iteration of {c.per_iteration_of}]"
             rows.append(f"{c.op:<20} {c.kind:<6} {ty:<20} {c.bytes_moved:>12}  {c.reason}{rep} @ {c.location}")
             for k, (reason, loc, nbytes) in enumerate(c.members):
                 rows.append(f"{'':<20}   [{k}] {nbytes:>8} bytes  {reason} @ {loc}")
+        loops = " (while loops: one iteration each)" if any(c.per_iteration_of for c in self.collectives) else ""
         rows.append(f"{self.count} collective(s), {self.bytes_per_replica} bytes moved per replica per step "
-                    f"({self.num_replicas} replicas)")
+                    f"({self.num_replicas} replicas){loops}")
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -68,7 +73,7 @@ def collective_stats(module: Module) -> CollectiveStats:
     n = int(module.attrs.get("num_replicas", 1))
     stats = CollectiveStats(n)
 
-    def walk(block: Block, repeats: int) -> None:
+    def walk(block: Block, repeats: int, loop: str) -> None:
         for op in block.ops:
             if is_collective(op):
                 t = op.results[0].type
@@ -82,11 +87,12 @@ def collective_stats(module: Module) -> CollectiveStats:
                 stats.collectives.append(CollectiveInfo(
                     op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name, shape, nbytes,
                     _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
-                    str(op.loc) if op.loc else "?", members))
+                    str(op.loc) if op.loc else "?", members, loop))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats
+            inner_loop = f"jax.while at {op.loc or '?'}" if op.name == "jax.while" else loop
             for region in op.regions:
-                walk(region, inner)
+                walk(region, inner, inner_loop)
 
     for f in module.funcs:
-        walk(f.body, 1)
+        walk(f.body, 1, "")
     return stats

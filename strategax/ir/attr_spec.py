@@ -21,6 +21,8 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str": (lambda x: isinstance(x, str), "a string"),
     "bool": (lambda x: isinstance(x, bool), "true or false"),
     "symbol": (lambda x: isinstance(x, SymbolRef), "a symbol (@name)"),
+    "symbols": (lambda x: isinstance(x, tuple) and all(isinstance(s, SymbolRef) for s in x),
+                "a tuple of symbols ((@a, @b))"),
     "dense": (lambda x: isinstance(x, np.ndarray), "a dense literal"),
     "ints": (lambda x: isinstance(x, tuple) and all(map(_is_int, x)), "a tuple of integers"),
     "strs": (lambda x: isinstance(x, list) and all(isinstance(s, str) for s in x), "a list of strings"),

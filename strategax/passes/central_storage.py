@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..dialects.variables import UPDATES
 from ..ir import Block, Module, Operation, Value
-from .rewrite import replace_value_after
+from .rewrite import all_blocks, replace_value_after
 
 BROADCAST_REASON = "CentralStorage broadcast"
 REDUCE_REASON = "reduce to parameter device"
@@ -22,6 +22,8 @@ def _broadcast_reads(block: Block, decls: dict, source: int) -> None:
     pending = list(block.ops)
     for i, op in enumerate(pending):
         out.append(op)
+        for region in op.regions:
+            _broadcast_reads(region, decls, source)
         decl = decls.get(op.attrs["var"].name) if op.name == "sx.var_read" else None
         if (decl is None or op.attrs.get("ctx") != "replica" or decl.attrs.get("sync") != "on_write"
                 or op.attrs.get("central")):
@@ -66,5 +68,6 @@ class CentralStorage:
         decls = {v.name: v for v in module.vars}
         for f in module.funcs:
             _broadcast_reads(f.body, decls, int(source))
-            _name_reductions(f.body)
+        for block in all_blocks(module):
+            _name_reductions(block)
         return module

@@ -6,7 +6,10 @@ name the user's line. Runs after `insert-collectives` and `infer-locality`.
 - a mirrored variable assigned a per-replica value in cross-replica context;
 - `assign_add`/`assign_sub` of a SUM sync-on-read variable in cross-replica context;
 - a read of an aggregation-NONE sync-on-read variable in cross-replica context;
-- a variable updated inside `cond`/`while`/`scan` (not supported: use Python control flow).
+- inside a `cond` or `while` whose predicate is per-replica (replicas may take different
+  paths): an update of a mirrored variable (its copies would differ) or a collective (the
+  replicas that skip it would leave the others waiting: the program would hang).
+Updates inside `cond`/`while`/`scan` are otherwise checked like any other.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 
 from ..dialects.variables import UPDATES
 from ..errors import DistributionRuntimeError, DistributionValueError
-from ..ir import Block, Locality, Module, Operation
+from ..ir import Block, Locality, Module, Operation, is_collective
 
 _AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
             "all-reduce the value first (sx.get_replica_context().all_reduce), or update it in "
@@ -25,7 +28,26 @@ def _where(op: Operation) -> tuple[str, int]:
     return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
 
 
-def _check_op(op: Operation, decls: dict, nested: bool) -> None:
+_DIVERGE_FIX = ("make the predicate the same on every replica (compute it from mirrored values, or "
+                "all-reduce it first)")
+
+
+def _divergent(op: Operation) -> str | None:
+    """What makes replicas take different paths through `op`'s regions, if anything can."""
+    if op.name == "jax.cond" and op.operands[0].type.locality is Locality.PER_REPLICA:
+        return "a lax.cond/switch whose branch index differs across replicas"
+    if op.name == "jax.while" and op.regions[0].results[0].type.locality is Locality.PER_REPLICA:
+        return "a lax.while_loop whose condition differs across replicas"
+    return None
+
+
+def _check_op(op: Operation, decls: dict, divergent: str | None) -> None:
+    if divergent and is_collective(op):
+        reason = op.attrs.get("reason")
+        raise DistributionRuntimeError(
+            f"{op.name}{f' ({reason})' if reason else ''} runs inside {divergent}: the replicas "
+            "that skip it would leave the others waiting (the program would hang)",
+            _DIVERGE_FIX, location=_where(op))
     if not op.name.startswith("sx.var_") or "var" not in op.attrs:
         return
     decl = decls.get(op.attrs["var"].name)
@@ -35,11 +57,10 @@ def _check_op(op: Operation, decls: dict, nested: bool) -> None:
     name = f"@{decl.name}"
     if op.name in UPDATES:
         kind = op.name[len("sx.var_"):]
-        if nested:
-            raise DistributionRuntimeError(
-                f"{kind} of variable {name} inside lax.cond/while/scan is not supported",
-                "update variables outside the control-flow primitive (Python control flow is "
-                "traced away, so `if`/`for` work)", location=_where(op))
+        if divergent and sync == "on_write":
+            raise DistributionValueError(
+                f"{kind} of mirrored variable {name} inside {divergent}: its copies would no "
+                "longer be identical", _DIVERGE_FIX, location=_where(op))
         per_replica = op.operands[0].type.locality is Locality.PER_REPLICA
         if sync == "on_write" and agg == "none" and ctx == "replica" and per_replica:
             raise DistributionValueError(
@@ -62,11 +83,12 @@ def _check_op(op: Operation, decls: dict, nested: bool) -> None:
             location=_where(op))
 
 
-def check_block(block: Block, decls: dict, nested: bool = False) -> None:
+def check_block(block: Block, decls: dict, divergent: str | None = None) -> None:
     for op in block.ops:
-        _check_op(op, decls, nested)
+        _check_op(op, decls, divergent)
+        inner = divergent or _divergent(op)
         for region in op.regions:
-            check_block(region, decls, True)
+            check_block(region, decls, inner)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
 - A read (`sx.var_read`) of a sync-on-read variable in cross-replica context is followed by
   its aggregation (SUM/MEAN all_reduce, ONLY_FIRST_REPLICA broadcast) and its uses take that.
 Each inserted collective carries a `reason` and the user's line (the op's location); the op is
-marked `reduced = true` so the pass is idempotent.
+marked `reduced = true` so the pass is idempotent. Inside a region (a loop body, a branch) the
+collective goes right before the update, in the region: it runs once per iteration.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def insert_block(block: Block, decls: dict) -> None:
     out: list[Operation] = []
     pending = list(block.ops)
     for i, op in enumerate(pending):
+        for region in op.regions:
+            insert_block(region, decls)
         decl = decls.get(op.attrs["var"].name) if "var" in op.attrs and op.name.startswith("sx.var_") else None
         if decl is None or op.attrs.get("reduced"):
             out.append(op)

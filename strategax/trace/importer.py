@@ -10,6 +10,7 @@ from jax._src import source_info_util
 from jax.extend import core as jex
 
 from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive
+from ..dialects.control_flow import region_writes
 from ..ir import Block, Func, Location, Operation, TensorType, Value
 from ..ir.attributes import normalize
 
@@ -129,6 +130,9 @@ class _Importer:
                 regions.extend(self.region(s) for s in subs)
             else:
                 attrs[key] = normalize(val, f"parameter {key!r} of primitive {name!r}")
+        writes = region_writes(regions)
+        if writes:  # the variables updated inside: the op's carried state
+            attrs["writes"] = writes
         results = [Value(_type_of(v.aval, f"result of {name!r}")) for v in eqn.outvars]
         self.ops.append(Operation(op_name, args, results, attrs, regions, location_of(eqn)))
         for var, v in zip(eqn.outvars, results):
