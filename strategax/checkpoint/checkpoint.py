@@ -62,6 +62,8 @@ class Checkpoint:
         entries = names.stored(names.collect(self._objects))
         if not entries:
             raise CheckpointError("sx.Checkpoint has nothing to save", "give it variables or optimizers")
+        for var in entries.values():
+            var._check_read("cross_replica")  # a sync-on-read variable without aggregation has no value to save
         self.sync()  # this object's previous async save completes first
         with self._lock:
             return _Save(directory, name, number, entries, asynchronous, published).run(self)
@@ -163,7 +165,6 @@ class _Save:
         unique: dict[int, Variable] = {id(v): v for v in self.entries.values()}
         arrays = {}
         for key, var in unique.items():
-            var._check_read("cross_replica")  # a sync-on-read variable without aggregation cannot be saved
             value = var._store.global_value()
             if self.processes > 1 and value.is_fully_addressable:
                 value = np.asarray(value)  # a variable outside any strategy: orbax writes it from worker 0

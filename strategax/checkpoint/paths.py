@@ -40,10 +40,16 @@ def resolve(target: str) -> tuple[str, str]:
                                   "save into its parent directory")
         return os.path.normpath(target), "ckpt"
     directory, name = os.path.split(target)
-    if not NUMBERED.match(f"{name}-1"):
-        raise CheckpointError(f"checkpoint prefix {name!r} cannot start with '.' (hidden names are "
-                              "strategax's own claims)", "use a prefix like 'ckpt'")
+    check_name(name)
     return directory or ".", name
+
+
+def check_name(name: str) -> None:
+    """A checkpoint name (TensorFlow's prefix) that `name-N` can be made of."""
+    if not NUMBERED.match(f"{name}-1") or os.sep in name:
+        raise CheckpointError(f"checkpoint prefix {name!r} is not a plain file name (empty, with a "
+                              "separator, or starting with '.': hidden names are strategax's claims)",
+                              "use a prefix like 'ckpt'")
 
 
 def numbered(directory: str) -> list[tuple[int, str]]:
