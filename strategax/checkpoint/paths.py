@@ -3,27 +3,26 @@
 `save(directory)` (an existing directory, or a path ending in a separator) writes
 `directory/ckpt-N`; `save(prefix)` (anything else, TensorFlow's file prefix) writes `prefix-N`
 in the prefix's directory. N is one more than the largest number in the directory, taken by
-an exclusive `mkdir` of a claim folder `.sx-claim-N` (two savers can never hold the same N);
-orbax writes the checkpoint inside the claim, and it is published with one `rename` to its
-final name, so `name-N` only ever names a complete checkpoint. A claim whose owner process is
+renaming a fresh folder (named after its owner) to `.sx-claim-N`, which fails when that claim
+exists, so two savers never hold the same N; orbax writes the checkpoint inside the claim, and
+it is published with one `rename` to its final name, so `name-N` only ever names a complete checkpoint. A claim whose owner process is
 gone (killed mid-save) is removed by the next save in that directory, as is the trash of
 checkpoints a manager deleted (renamed away first, so deletion is atomic too).
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
 import socket
-import time
 import uuid
 
 from ..errors import CheckpointError
 
 NUMBERED = re.compile(r"(?P<name>[^.].*)-(?P<number>\d+)\Z")
-CLAIM, TRASH = ".sx-claim-", ".sx-trash-"
+CLAIM, NEW, TRASH = ".sx-claim-", ".sx-new-", ".sx-trash-"
 OWNER = "owner"
-ORPHAN_AGE_S = 60.0  # a claim without an owner record (killed within microseconds of the mkdir)
 
 
 def is_checkpoint(path: str) -> bool:
@@ -82,22 +81,23 @@ def _start_time(pid: int) -> str:
         return ""
 
 
-def _owner_record() -> str:
-    return f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid())}"
+def _new_token() -> str:
+    """Who is saving (pid, its start time, host) and a unique part: `.sx-new-<token>` names a
+    claim being made, so even a saver killed right after its mkdir leaves an owner behind."""
+    return f"{os.getpid()}.{_start_time(os.getpid())}.{uuid.uuid4().hex}.{socket.gethostname()}"
 
 
-def _owner_alive(claim: str) -> bool:
-    try:
-        with open(os.path.join(claim, OWNER)) as f:
-            host, pid, started = (f.read().split() + ["", "", ""])[:3]
-    except OSError:
-        host = pid = started = ""
-    if not pid.isdigit():  # no record yet: the owner may be between mkdir and writing it
+def _owner_alive(entry: os.DirEntry) -> bool:
+    if entry.name.startswith(NEW):
+        token = entry.name[len(NEW):]
+    else:
         try:
-            return time.time() - os.stat(claim).st_mtime < ORPHAN_AGE_S
+            with open(os.path.join(entry.path, OWNER)) as f:
+                token = f.read()
         except OSError:
-            return False
-    if host != socket.gethostname():
+            return False  # every claim gets its owner record before it gets its name
+    pid, started, _, host = (token.split(".", 3) + ["", "", "", ""])[:4]
+    if host != socket.gethostname() or not pid.isdigit():
         return True  # another machine's saver: cannot tell, never remove
     try:
         os.kill(int(pid), 0)
@@ -115,7 +115,7 @@ def remove_stale(directory: str) -> None:
     except FileNotFoundError:
         return
     for entry in entries:
-        if entry.name.startswith(TRASH) or entry.name.startswith(CLAIM) and not _owner_alive(entry.path):
+        if entry.name.startswith(TRASH) or entry.name.startswith((CLAIM, NEW)) and not _owner_alive(entry):
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
@@ -127,32 +127,48 @@ def _numbers_in_use(directory: str) -> list[int]:
     return numbers
 
 
+def _fresh(directory: str) -> str:
+    token = _new_token()
+    folder = os.path.join(directory, f"{NEW}{token}")
+    os.mkdir(folder)
+    with open(os.path.join(folder, OWNER), "w") as f:
+        f.write(token)
+    return folder
+
+
 class Claim:
-    """The number N of one save, held from before the write until its publication."""
+    """The number N of one save, held from before the write until its publication: a folder
+    made (with its owner record) under a unique name, then renamed to `.sx-claim-N`, which
+    fails when another saver holds N."""
 
     def __init__(self, directory: str, name: str, number: int | None = None):
         os.makedirs(directory, exist_ok=True)
         remove_stale(directory)
         self.directory, self.name = directory, name
-        while True:
-            n = number if number is not None else max(_numbers_in_use(directory), default=0) + 1
-            folder = os.path.join(directory, f"{CLAIM}{n}")
-            try:
-                os.mkdir(folder)
-            except FileExistsError:
-                if number is not None:
-                    raise CheckpointError(f"checkpoint number {n} in {directory} is being written by "
-                                          "another save", "use another number") from None
-                continue
-            with open(os.path.join(folder, OWNER), "w") as f:
-                f.write(_owner_record())
-            if any(m == n for m, _ in numbered(directory)):  # published while we looked
-                shutil.rmtree(folder, ignore_errors=True)
-                if number is not None:
-                    raise CheckpointError(f"a checkpoint numbered {n} already exists in {directory}",
-                                          "use another number")
-                continue
-            break
+        fresh = _fresh(directory)
+        try:
+            while True:
+                n = number if number is not None else max(_numbers_in_use(directory), default=0) + 1
+                folder = os.path.join(directory, f"{CLAIM}{n}")
+                try:
+                    os.rename(fresh, folder)  # never replaces a claim: it holds its owner record
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+                    if number is not None:
+                        raise CheckpointError(f"checkpoint number {n} in {directory} is being written by "
+                                              "another save", "use another number") from None
+                    continue
+                if any(m == n for m, _ in numbered(directory)):  # published while we looked
+                    os.rename(folder, fresh)
+                    if number is not None:
+                        raise CheckpointError(f"a checkpoint numbered {n} already exists in {directory}",
+                                              "use another number")
+                    continue
+                break
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
         self.number, self.folder = n, folder
         self.path = os.path.join(directory, f"{name}-{n}")
         self.staging = os.path.join(folder, f"{name}-{n}")  # orbax writes here
