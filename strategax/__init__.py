@@ -10,7 +10,7 @@ from .distribute import __all__ as _distribute_all
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
                      StrategaxError)
-from .input import DistributedDataset, InputContext, InputOptions
+from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions
 from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr
 from .variables import (MirroredVariable, Optimizer, SyncOnReadVariable, Variable, VariableAggregation,
                         VariableSynchronization)
@@ -20,6 +20,7 @@ __all__ = [
     "backends", "cluster_resolver", "ir", "nn", "passes", *_distribute_all,
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
+    "AutoShardPolicy",
     "MirroredVariable", "Optimizer", "PerReplica", "PreemptionCheckpointHandler", "StrategaxError", "StrategyFunction",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
     "WorkerLostError", "import_jaxpr", "latest_checkpoint",

@@ -13,11 +13,11 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "workers" / "mlp_worker.py"
 
 
-def free_ports(n: int) -> list[int]:
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
-            s.bind(("127.0.0.1", 0))
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
@@ -25,10 +25,13 @@ def free_ports(n: int) -> list[int]:
 
 
 class Job:
-    """`num_workers` processes of `script` with `devices` simulated CPU devices each."""
+    """`num_workers` processes of `script` with `devices` simulated CPU devices each, on loopback
+    (`host`: any 127.x.y.z address; `addresses` to choose the ports)."""
 
-    def __init__(self, tmp: Path, num_workers: int, devices: int, args: list[str], script: Path = WORKER):
-        addresses = [f"127.0.0.1:{p}" for p in free_ports(num_workers)]
+    def __init__(self, tmp: Path, num_workers: int, devices: int, args: list[str], script: Path = WORKER,
+                 host: str = "127.0.0.1", addresses: list[str] | None = None):
+        addresses = addresses or [f"{host}:{p}" for p in free_ports(num_workers, host)]
+        self.addresses = addresses
         tmp.mkdir(parents=True, exist_ok=True)
         self.procs, self.outs, self.errs = [], [], []
         for i in range(num_workers):
@@ -43,6 +46,7 @@ class Job:
             with open(out, "w") as o, open(err, "w") as e:
                 self.procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
                                                    stdout=o, stderr=e, cwd=str(ROOT)))
+        self.t0 = time.monotonic()
 
     def wait(self, timeout: float) -> list[int]:
         """Exit codes; kills everything and fails if the job outlives `timeout`."""
@@ -55,6 +59,19 @@ class Job:
                 self.kill()
                 raise AssertionError(f"the job did not finish within {timeout} s:\n{self.logs()}") from None
         return codes
+
+    def exit_times(self, timeout: float) -> list[tuple[int | None, float]]:
+        """(exit code, seconds from the start) per worker; None for one still running after
+        `timeout` seconds (then killed)."""
+        out: list = [None] * len(self.procs)
+        deadline = self.t0 + timeout
+        while any(o is None for o in out) and time.monotonic() < deadline:
+            for i, p in enumerate(self.procs):
+                if out[i] is None and p.poll() is not None:
+                    out[i] = (p.returncode, time.monotonic() - self.t0)
+            time.sleep(0.05)
+        self.kill()
+        return [o or (None, timeout) for o in out]
 
     def wait_for_line(self, worker: int, text: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -39,6 +39,12 @@ class ReplicaLayout:
         me = jax.process_index()
         return [row for row in self.replica_devices if row[0].process_index == me]
 
+    @cached_property
+    def local_replica_ids(self) -> list[int]:
+        """The replica ids of this process's replicas (all of them in a one-process job)."""
+        me = jax.process_index()
+        return [i for i, row in enumerate(self.replica_devices) if row[0].process_index == me]
+
     @property
     def num_local_replicas(self) -> int:
         return len(self.local_replica_devices)

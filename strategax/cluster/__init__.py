@@ -2,9 +2,11 @@
 this process's runtime among them (step bounds, liveness, lost-worker errors)."""
 from .base import ClusterResolver, SimpleClusterResolver
 from .cluster_spec import ClusterSpec
-from .errors import ClusterConfigError
+from .errors import ClusterConfigError, ClusterStartError
+from .peers import Peers
 from .runtime import WorkerLostError, WorkerRuntime
+from .startup import join
 from .tf_config import TFConfigClusterResolver
 
-__all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "SimpleClusterResolver",
-           "TFConfigClusterResolver", "WorkerLostError", "WorkerRuntime"]
+__all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "ClusterStartError", "Peers",
+           "SimpleClusterResolver", "TFConfigClusterResolver", "WorkerLostError", "WorkerRuntime", "join"]

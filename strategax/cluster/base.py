@@ -37,9 +37,24 @@ class ClusterResolver:
 
     # --- what MultiWorkerMirroredStrategy needs -------------------------------------------
     def worker_addresses(self) -> list[str]:
-        """The addresses of the tasks that take part, chief first, then the workers."""
+        """The addresses of the tasks that take part, chief first, then the workers (TensorFlow's
+        rules: at most one chief; the jobs' task indices run 0..n-1 without gaps)."""
         spec = self.cluster_spec()
+        if spec.num_tasks("chief") > 1:
+            raise ClusterConfigError(f"the cluster has {spec.num_tasks('chief')} \"chief\" tasks; there must be at most one",
+                                     'list one chief, and the other tasks under "worker"')
+        for job in WORKER_JOBS:
+            indices = spec.task_indices(job)
+            if indices != list(range(len(indices))):
+                raise ClusterConfigError(
+                    f"job {job!r} has the task indices {indices}; MultiWorkerMirroredStrategy needs "
+                    f"0 to {len(indices) - 1} without gaps", f"number the {job} tasks 0, 1, 2, ...")
         return [a for job in WORKER_JOBS for a in spec.job_tasks(job)]
+
+    def worker_tasks(self) -> list[tuple[str, int]]:
+        """(task type, task index) of each of `worker_addresses()`."""
+        spec = self.cluster_spec()
+        return [(job, i) for job in WORKER_JOBS for i in spec.task_indices(job)]
 
     def worker_index(self) -> int:
         """This task's place among `worker_addresses()` (0 is the coordinator)."""
@@ -62,16 +77,16 @@ def check_task(spec: ClusterSpec, task_type, task_id, source: str) -> tuple[str 
             f"{source} describes a cluster of {spec.jobs} but no task for this process",
             'add "task": {"type": "worker", "index": I} naming this process')
     if not isinstance(task_type, str) or task_type not in spec.jobs:
-        raise ClusterConfigError(f"{source}: task type {task_type!r} is not a job of the cluster {spec.jobs}",
+        raise ClusterConfigError(f"{source} task.type is {task_type!r}, which is not a job of the cluster {spec.jobs}",
                                  f"use one of {spec.jobs}")
     if isinstance(task_id, bool) or not isinstance(task_id, int):
-        raise ClusterConfigError(f"{source}: task index {task_id!r} is not an integer",
+        raise ClusterConfigError(f"{source} task.index is {task_id!r}, which is not an integer",
                                  'write "index": 0 (a number)')
-    n = spec.num_tasks(task_type)
-    if not 0 <= task_id < n:
+    indices = spec.task_indices(task_type)
+    if task_id not in indices:
         raise ClusterConfigError(
-            f"{source}: task index {task_id} is out of range for job {task_type!r}, which has {n} task(s)",
-            f"use an index from 0 to {n - 1}")
+            f"{source} task.index is {task_id}, which is out of range for job {task_type!r}, whose tasks "
+            f"are {indices}", f"use one of {indices}")
     return task_type, task_id
 
 
@@ -80,7 +95,7 @@ class SimpleClusterResolver(ClusterResolver):
 
     def __init__(self, cluster_spec, master: str = "", task_type: str | None = None, task_id: int | None = None,
                  environment: str = "", num_accelerators=None, rpc_layer: str | None = None):
-        self._spec = ClusterSpec(cluster_spec)
+        self._spec = ClusterSpec(cluster_spec, source="SimpleClusterResolver")
         self.task_type, self.task_id = check_task(self._spec, task_type, task_id, "SimpleClusterResolver")
         self._master, self.environment, self.rpc_layer = master, environment, rpc_layer
         self._num_accelerators = num_accelerators

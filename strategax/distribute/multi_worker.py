@@ -13,25 +13,26 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..cluster import ClusterResolver, TFConfigClusterResolver, WorkerRuntime
+from ..cluster import ClusterResolver, Peers, TFConfigClusterResolver, WorkerRuntime, join
 from ..errors import DistributionRuntimeError, DistributionValueError
+from ..variables.buffers import VarBuffer, first_replica_value
 from .extended import StrategyExtended
 from .multi_worker_input import MultiWorkerInputMixin
 from .options import CommunicationOptions
 from .strategy import Strategy
 
-_initialized: tuple | None = None  # (addresses, index) jax.distributed was initialised with
+_initialized: tuple | None = None  # (addresses, index, liveness server) this process joined with
 
 
-def _initialize_distributed(addresses: list[str], index: int, timeout: float | None) -> None:
-    """jax.distributed.initialize with worker 0 as coordinator, once per process."""
+def _join(peers: Peers, timeout: float | None):
+    """Join the cluster once per process (`cluster.join`): this worker's liveness server."""
     global _initialized
     if _initialized is not None:
-        if _initialized != (tuple(addresses), index):
+        if _initialized[:2] != (peers.addresses, peers.index):
             raise DistributionRuntimeError(
                 f"this process already joined the cluster {list(_initialized[0])} as worker {_initialized[1]}",
                 "create every MultiWorkerMirroredStrategy of a process from the same cluster description")
-        return
+        return _initialized[2]
     from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized():
@@ -39,14 +40,12 @@ def _initialize_distributed(addresses: list[str], index: int, timeout: float | N
             "MultiWorkerMirroredStrategy joins the cluster before JAX starts its backend, but this "
             "process already ran JAX computations (or listed its devices)",
             "create the strategy at the start of the program, before any other JAX call")
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     # JAX's coordination service aborts every process once a peer misses heartbeats: let the
     # step bound (timeout_seconds) fire first, so the survivor names the lost worker itself.
     beat = math.ceil(timeout) + 10 if timeout is not None else 100
-    jax.distributed.initialize(coordinator_address=addresses[0], num_processes=len(addresses),
-                               process_id=index, initialization_timeout=120,
-                               heartbeat_timeout_seconds=beat, shutdown_timeout_seconds=beat)
-    _initialized = (tuple(addresses), index)
+    server = join(peers, heartbeat_s=beat)
+    _initialized = (peers.addresses, peers.index, server)
+    return server
 
 
 class MultiWorkerExtended(StrategyExtended):
@@ -85,8 +84,9 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         self._worker_index = cluster_resolver.worker_index()
         self._runtime = None
         if self._num_workers > 1:
-            _initialize_distributed(addresses, self._worker_index, communication_options.timeout_seconds)
-            self._runtime = WorkerRuntime(addresses, self._worker_index, communication_options.timeout_seconds)
+            peers = Peers.of(addresses, self._worker_index, cluster_resolver.worker_tasks())
+            server = _join(peers, communication_options.timeout_seconds)
+            self._runtime = WorkerRuntime(peers, communication_options.timeout_seconds, server)
             devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
         else:
             devices = list(jax.local_devices())
@@ -101,6 +101,14 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
     def _local_replica_ids(self) -> list[int]:
         me = jax.process_index()
         return [i for i, d in enumerate(self._devices) if d.process_index == me]
+
+    def _var_buffer(self, var, initial) -> VarBuffer:
+        """A variable created in this scope starts from worker 0's initial value on every worker
+        (as TensorFlow broadcasts the chief's), whatever value this worker computed."""
+        if self._runtime is not None:
+            key = ("initial value", tuple(initial.shape), str(initial.dtype))
+            initial = self._runtime.call(lambda: first_replica_value(self._mesh, initial), key)
+        return VarBuffer(var, initial)
 
     def _execute(self, executable, args: list) -> Any:
         if self._runtime is None:

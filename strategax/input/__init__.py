@@ -4,7 +4,7 @@ from .context import InputContext
 from .dataset import DistributedDataset, DistributedIterator
 from .from_function import DatasetsFromFunction
 from .numpy_dataset import NumpyDataset
-from .options import InputOptions
+from .options import AutoShardPolicy, InputOptions
 
-__all__ = ["DatasetsFromFunction", "DistributedDataset", "DistributedIterator", "InputContext",
+__all__ = ["AutoShardPolicy", "DatasetsFromFunction", "DistributedDataset", "DistributedIterator", "InputContext",
            "InputOptions", "NumpyDataset"]

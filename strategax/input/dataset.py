@@ -15,6 +15,7 @@ from ..trace.distributed_values import is_distributed
 from .options import InputOptions
 from .place import place_split
 from .prefetch import Prefetcher, Synchronous
+from .shard import worker_batches, worker_policy
 from .split import BatchError, batch_leaves, split_sizes
 
 
@@ -138,11 +139,16 @@ class DistributedDataset(_Dataset):
         check_iterable(dataset)
         super().__init__(strategy, options)
         self._dataset = dataset
+        workers = getattr(strategy, "_input_pipeline", lambda: (1, 0))()[0]
+        self._policy = worker_policy(dataset, self._options) if workers > 1 else None  # shared per worker
 
     def _one_shot(self) -> bool:
         return is_one_shot(self._dataset)
 
     def _produce(self) -> Iterator:
+        if self._policy is not None:
+            yield from worker_batches(self._strategy, host_iterator(self._dataset), self._policy)
+            return
         mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync
         treedef, rows = None, 0
         for batch in host_iterator(self._dataset):

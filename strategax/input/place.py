@@ -80,6 +80,20 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int], rows: int) -> Any:
+    """This process's replicas' pieces (`pieces[leaf][local replica]`) into a pytree of
+    PerReplicaBatch over every process's replicas: in a multi-worker job each worker holds,
+    pads and transfers only its own; `counts` are every replica's real row counts."""
+    count_value = place_counts(mesh, counts)
+    out = []
+    for leaf in pieces:
+        padded = [p if p.shape[0] == rows else padded_host([p], rows) for p in map(_canonical, map(np.asarray, leaf))]
+        lay = _layout(mesh, (rows, *padded[0].shape[1:]), padded[0].dtype)
+        out.append(PerReplicaBatch._from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
+                                                      count_value))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 _COUNTS: dict = {}  # (mesh, counts) -> placed counts: full batches reuse one (immutable) array
 
 

@@ -142,7 +142,10 @@ class PerReplicaBatch(PerReplica):
     @property
     def values(self) -> tuple:
         padded = PerReplica.values.fget(self)
-        return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, self._counts))
+        counts = self._counts  # every replica's; a multi-worker process holds only its own replicas
+        if len(padded) != len(counts):
+            counts = [counts[i] for i in self._global[1].local_replica_ids]
+        return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, counts))
 
 
 def is_distributed(x: Any) -> bool:

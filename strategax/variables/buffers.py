@@ -11,6 +11,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..backends import ReplicaLayout
+from ..ir import Locality, TensorType
 from .enums import VariableAggregation
 
 
@@ -21,6 +22,19 @@ def place(value, sharding) -> jax.Array:
         return jax.device_put(value, sharding)
     host = np.asarray(value)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def first_replica_value(mesh, value) -> np.ndarray:
+    """Replica 0's copy of `value`, on every process of a multi-worker job: each process
+    contributes its own (possibly different) value and all get worker 0's, exactly (a
+    selection, not a sum). What a variable created on several workers starts from: TensorFlow
+    broadcasts the chief's initial values. Every process must call it, in the same order."""
+    host = np.asarray(value)
+    layout = ReplicaLayout(mesh, TensorType(host.shape, host.dtype, Locality.PER_REPLICA))
+    with jax.ensure_compile_time_eval():  # a variable may be created while a program is traced
+        copies = layout.assemble([host] * layout.num_local_replicas)
+        first = _aggregator(layout, VariableAggregation.ONLY_FIRST_REPLICA)(copies)
+        return np.asarray(first.addressable_data(0))
 
 
 class VarBuffer:
