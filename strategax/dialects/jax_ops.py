@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+from jax import core as jax_core
 from jax.extend import core as jex_core
 
-from ..ir import OpDef, Operation, add_resolver, lookup
+from ..ir import OpDef, Operation, Splat, add_resolver, lookup
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(
@@ -45,7 +47,38 @@ def _resolve(name: str) -> OpDef | None:
     if prim is None or prim.name in INLINED_PRIMITIVES:
         return None
     return OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,
-                 num_results=None if prim.multiple_results else 1)
+                 num_results=None if prim.multiple_results else 1, verify=verify_generic)
+
+
+MAX_SPLAT_PARAM = 1 << 20  # elements: a splat parameter is materialised to bind the primitive
+
+
+def verify_generic(op: Operation) -> str | None:
+    """JAX's own abstract evaluation of the primitive on the op's operand types and attributes:
+    the attributes are the parameters it needs, of the kinds it needs (a missing or ill-formed
+    one is reported here, before any pass reads it), and the results have the types it gives."""
+    prim = lookup(op.name).primitive
+    big = [k for k, v in op.attrs.items() if isinstance(v, Splat) and v.size > MAX_SPLAT_PARAM]
+    if big:
+        return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
+    avals = [jax_core.ShapedArray(v.type.shape, v.type.dtype) for v in op.operands]
+    try:
+        out, _ = prim.abstract_eval(*avals, **bind_params(op, avals))
+    except Exception as e:  # noqa: BLE001 - whatever the primitive's checks raise, about the input
+        text = str(e).strip().splitlines()
+        reason = f"{type(e).__name__}: {text[0] if text else ''}"
+        if isinstance(e, TypeError) and "argument" in reason:
+            reason += f" (its attributes: {', '.join(op.attrs) or 'none'})"
+        return f"JAX's `{prim.name}` does not accept these operands and attributes: {reason}"
+    out = list(out) if prim.multiple_results else [out]
+    if len(out) != len(op.results):
+        return f"`{prim.name}` gives {len(out)} results, the op has {len(op.results)}"
+    for k, (a, r) in enumerate(zip(out, op.results)):
+        if tuple(a.shape) != r.type.shape or np.dtype(a.dtype) != r.type.dtype:
+            shape = ",".join(map(str, a.shape))
+            return (f"result {k} is {r.type}, but `{prim.name}` of these operands gives "
+                    f"{np.dtype(a.dtype).name}[{shape}]")
+    return None
 
 
 add_resolver(_resolve)
@@ -79,7 +112,10 @@ def bind_params(op: Operation, args: list) -> dict:
     """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
     prim = lookup(op.name).primitive
     derive = DERIVED_PARAMS.get(prim.name)
-    return {**op.attrs, **derive(args)} if derive else op.attrs
+    params = {**op.attrs, **derive(args)} if derive else op.attrs
+    if any(isinstance(v, Splat) for v in params.values()):
+        params = {k: v.materialize() if isinstance(v, Splat) else v for k, v in params.items()}
+    return params
 
 
 def generic_lowering(op: Operation, args: list, ctx) -> list:
