@@ -191,6 +191,38 @@ def test_prefetch_runs_ahead_and_stops_cleanly():
     assert not thread.is_alive()
 
 
+@pytest.mark.parametrize("fetch_to_device", [True, False])
+def test_next_after_close_raises_stop_iteration_and_close_stops_the_thread(fetch_to_device):
+    # Intent: after close(), next() raises StopIteration at once (it never waits on the stopped
+    # thread, never returns an element made before the close); close() ends the prefetch thread
+    # and the data source's own cleanup runs. Ten tries, as the hang was a race.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    options = sx.InputOptions(experimental_fetch_to_device=fetch_to_device,
+                              experimental_per_replica_buffer_size=2)
+    for _ in range(10):
+        cleaned = []
+
+        def source():
+            try:
+                for i in range(10**9):
+                    yield np.full((4,), float(i), np.float32)
+            finally:
+                cleaned.append(True)
+
+        it = iter(strategy.experimental_distribute_dataset(source(), options))
+        np.testing.assert_array_equal(strategy.experimental_local_results(next(it))[1], [0.0, 0.0])
+        thread = getattr(it._source, "_thread", None)
+        it.close()
+        assert thread is None or not thread.is_alive()
+        assert cleaned == [True]
+        outcome = []
+        caller = threading.Thread(target=lambda: outcome.append(next(it, "stopped")), daemon=True)
+        caller.start()
+        caller.join(timeout=30)  # a hang, not a timing: the old code waited forever
+        assert outcome == ["stopped"]
+        assert next(it, "stopped") == "stopped"
+
+
 def test_exhausted_prefetch_thread_ends_and_synchronous_mode_has_none():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     it = iter(strategy.experimental_distribute_dataset([np.arange(2.0)]))

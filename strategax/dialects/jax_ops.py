@@ -11,7 +11,7 @@ import numpy as np
 from jax import core as jax_core
 from jax.extend import core as jex_core
 
-from ..ir import OpDef, Operation, Splat, add_resolver, lookup
+from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(
@@ -57,6 +57,35 @@ def verify_generic(op: Operation) -> str | None:
     """JAX's own abstract evaluation of the primitive on the op's operand types and attributes:
     the attributes are the parameters it needs, of the kinds it needs (a missing or ill-formed
     one is reported here, before any pass reads it), and the results have the types it gives."""
+    key = (op.name, tuple((v.type.shape, v.type.dtype) for v in op.operands),
+           tuple((k, type(v), v) for k, v in op.attrs.items()))
+    try:
+        outcome = _EVALUATED.get(key)
+    except TypeError:  # an unhashable attribute (a list, an array): evaluate every time
+        key = outcome = None
+    if outcome is None:
+        outcome = _abstract_eval(op)
+        if key is not None:
+            if len(_EVALUATED) >= 4096:
+                _EVALUATED.clear()
+            _EVALUATED[key] = outcome
+    if isinstance(outcome, str):
+        return outcome
+    if len(outcome) != len(op.results):
+        return f"`{op.name[4:]}` gives {len(outcome)} results, the op has {len(op.results)}"
+    for k, ((shape, dtype), r) in enumerate(zip(outcome, op.results)):
+        if shape != r.type.shape or dtype != r.type.dtype:
+            return (f"result {k} is {r.type}, but `{op.name[4:]}` of these operands gives "
+                    f"{dtype_name(dtype)}[{','.join(map(str, shape))}]")
+    return None
+
+
+# (name, operand types, attributes) -> the result (shape, dtype)s, or the problem; most ops of
+# a program repeat a few signatures, so verifying a large module costs little more than a small one
+_EVALUATED: dict[tuple, "tuple | str"] = {}
+
+
+def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ...] | str":
     prim = lookup(op.name).primitive
     big = [k for k, v in op.attrs.items() if isinstance(v, Splat) and v.size > MAX_SPLAT_PARAM]
     if big:
@@ -66,19 +95,11 @@ def verify_generic(op: Operation) -> str | None:
         out, _ = prim.abstract_eval(*avals, **bind_params(op, avals))
     except Exception as e:  # noqa: BLE001 - whatever the primitive's checks raise, about the input
         text = str(e).strip().splitlines()
-        reason = f"{type(e).__name__}: {text[0] if text else ''}"
-        if isinstance(e, TypeError) and "argument" in reason:
-            reason += f" (its attributes: {', '.join(op.attrs) or 'none'})"
-        return f"JAX's `{prim.name}` does not accept these operands and attributes: {reason}"
-    out = list(out) if prim.multiple_results else [out]
-    if len(out) != len(op.results):
-        return f"`{prim.name}` gives {len(out)} results, the op has {len(op.results)}"
-    for k, (a, r) in enumerate(zip(out, op.results)):
-        if tuple(a.shape) != r.type.shape or np.dtype(a.dtype) != r.type.dtype:
-            shape = ",".join(map(str, a.shape))
-            return (f"result {k} is {r.type}, but `{prim.name}` of these operands gives "
-                    f"{np.dtype(a.dtype).name}[{shape}]")
-    return None
+        operands = ", ".join(str(v.type.with_locality(None).with_sharding(None)) for v in op.operands)
+        return (f"JAX's `{prim.name}` rejects operands ({operands or 'none'}) with attributes "
+                f"({', '.join(op.attrs) or 'none'}): {type(e).__name__}: {text[0] if text else ''}")
+    out = out if prim.multiple_results else [out]
+    return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in out)
 
 
 add_resolver(_resolve)

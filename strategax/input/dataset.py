@@ -75,8 +75,8 @@ class DistributedIterator:
         self._source.close()
 
     def __del__(self):
-        try:
-            self._source.close()
+        try:  # a dropped iterator stops its thread without waiting for it
+            self._source.close(timeout=0)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 

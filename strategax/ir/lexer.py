@@ -84,23 +84,25 @@ class Tokens:
         if j < 0:
             raise RuntimeError(f"internal error: the parser went back to released token {j + self._base}")
         buf, text, want = self._buf, self.text, j + self.CHUNK
-        while len(buf) < want and not self._done:
+        append = buf.append
+        if not self._done and self._bad is None:
+            for m in self._matches:
+                kind = m.lastgroup
+                if kind == "eof":
+                    self._done = True
+                    append(("eof", "", len(text)))
+                    break
+                if kind == "bad":
+                    self._bad = ParseError(f"unexpected character {m.group(kind)!r}", text, m.start(kind),
+                                           self.filename)
+                    break
+                append((kind, m.group(kind), m.start(kind)))
+                if len(buf) > want:
+                    break
+        if j >= len(buf):
             if self._bad is not None:
-                if len(buf) > j:
-                    return
                 raise self._bad
-            m = next(self._matches)
-            kind = m.lastgroup
-            token = m.group(kind)
-            if kind == "eof":
-                self._done = True
-                buf.append(("eof", "", len(text)))
-            elif kind == "bad":
-                self._bad = ParseError(f"unexpected character {token!r}", text, m.start(kind), self.filename)
-            else:
-                buf.append((kind, token, m.start(kind)))
-        if j >= len(buf):  # past the end: more eof tokens
-            buf.extend([("eof", "", len(text))] * (j + 1 - len(buf)))
+            buf.extend([("eof", "", len(text))] * (j + 1 - len(buf)))  # past the end: more eofs
 
     def release(self, k: int) -> None:
         """The parser will not look at tokens before k again."""

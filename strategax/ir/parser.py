@@ -51,14 +51,18 @@ class _Parser:
         return tok
 
     def expect(self, text: str | None = None, kind: str | None = None) -> tuple[str, str, int]:
-        if not self.peek(text, kind):
-            k, t, _ = self.toks[self.i]
-            want = repr(text) if text else kind
-            raise self.error(f"expected {want}, found {repr(t) if k != 'eof' else 'end of input'}")
-        return self.next()
+        tok = self.toks[self.i]
+        k, t, _ = tok
+        if (kind is None or k == kind) and (text is None or (t == text and k != "string")):
+            if k != "eof":
+                self.i += 1
+            return tok
+        want = repr(text) if text else kind
+        raise self.error(f"expected {want}, found {repr(t) if k != 'eof' else 'end of input'}")
 
     def accept(self, text: str) -> bool:
-        if self.peek(text):
+        k, t, _ = self.toks[self.i]
+        if t == text and k != "string":
             self.i += 1
             return True
         return False
