@@ -48,3 +48,8 @@ class DistributionTypeError(StrategaxError, TypeError):
 
 class DistributionRuntimeError(StrategaxError, RuntimeError):
     """A call made in the wrong context (e.g. `reduce` inside a replica function)."""
+
+
+class OutOfRangeError(StrategaxError, RuntimeError):
+    """An input iterator has no batch left for a `next()` inside a compiled function
+    (TensorFlow's `tf.errors.OutOfRangeError`); the call ran nothing and took nothing."""
