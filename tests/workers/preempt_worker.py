@@ -1,0 +1,36 @@
+"""A training script written as TensorFlow's PreemptionCheckpointHandler guide writes it
+(launched by tests/test_preemption.py), one process or one worker of a multi-worker job.
+
+Usage: preempt_worker.py STEPS CKPT_DIR PAUSE. The handler restores the latest checkpoint in
+CKPT_DIR; each step goes through `handler.run`, so a SIGTERM makes every worker save at the
+same step boundary and exit with code 42. Prints "start N" (the restored run count), "step N"
+after each step (then sleeps PAUSE seconds, room for the notice to arrive mid-run: JAX notices
+a SIGTERM within ~0.2 s) and, at the end, one JSON line with the parameters.
+"""
+import json
+import sys
+import time
+
+import strategax as sx  # before any JAX computation: the strategy joins the cluster first
+
+steps, ckpt_dir, pause = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+strategy = sx.MultiWorkerMirroredStrategy(communication_options=sx.CommunicationOptions(timeout_seconds=60))
+
+import numpy as np  # noqa: E402
+
+from mlp import data, make_variable_training  # noqa: E402
+
+variables, optimizer, train_step = make_variable_training(strategy)
+checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer)
+handler = sx.PreemptionCheckpointHandler(strategy.cluster_resolver, checkpoint, ckpt_dir)
+start = handler.total_run_calls
+print(f"start {start}", flush=True)
+x, y = data(steps)
+batches = iter(strategy.experimental_distribute_dataset(list(zip(x[start:], y[start:]))))
+with handler.watch_preemption_scope():
+    while handler.total_run_calls < steps:
+        handler.run(train_step, *next(batches))
+        print(f"step {handler.total_run_calls}", flush=True)
+        time.sleep(pause)
+print(json.dumps({"start": start, "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
+      flush=True)
