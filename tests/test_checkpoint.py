@@ -137,6 +137,20 @@ def test_restored_slots_follow_their_variable_whatever_the_call_order(tmp_path):
         np.testing.assert_allclose(params2[k].numpy(), want[k], rtol=1e-6, err_msg=k)
 
 
+def test_optimizer_rejects_an_overlapping_set_of_variables():
+    # Intent: optax state belongs to the set of variables of an apply_gradients call: a later
+    # call with another set sharing a variable would silently start that variable's moments
+    # afresh, so it raises, naming the variable and this line; the same set in another order
+    # is the same state.
+    params, opt = adam_model(sx.MirroredStrategy(["CPU:0", "CPU:1"]))
+    apply(params, opt, 0, order=("w", "b"))
+    apply(params, opt, 1, order=("b", "w"))
+    line = here() + 2
+    with pytest.raises(sx.DistributionValueError, match="already keeps state for w") as err:
+        opt.apply_gradients([(jnp.asarray(GRADS[2]["w"]), params["w"])])
+    assert_names_this_line(err, line)
+
+
 def test_save_rejects_names_orbax_would_merge(tmp_path):
     # Intent: {"a.b": v1, "a": {"b": v2}} would be one orbax entry (a.b): an error at save
     # time naming both, and nothing is written.

@@ -1,12 +1,16 @@
 """sx.PreemptionCheckpointHandler: a training script sent SIGTERM mid-run saves at the next
 step boundary and exits with TensorFlow's restart code (42); restarted, it resumes from the
 saved step and ends with the weights of an uninterrupted run (plain JAX + optax on one device),
-as one process and as a 2-worker job (where both workers save at the same step)."""
+as one process and as a 2-worker job (where both workers save at the same step). A sync-on-read
+SUM counter of the examples seen is saved as its sum over all replicas of all workers and
+divided among the replicas of the restarted job (the seed's rule)."""
 import signal
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import strategax as sx
@@ -14,7 +18,7 @@ import strategax as sx
 from multi_worker_launch import Job
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "workers"))
-from mlp import reference_training  # noqa: E402
+from mlp import GLOBAL_BATCH, reference_training  # noqa: E402
 
 WORKER = Path(__file__).resolve().parent / "workers" / "preempt_worker.py"
 STEPS = 20
@@ -41,12 +45,18 @@ def preempt_and_resume(tmp_path, workers: int, devices: tuple[int, int], referen
         saved = [last_step(job.outs[w].read_text()) for w in range(workers)]
     assert len(set(saved)) == 1 and 3 <= saved[0] < STEPS, saved  # one step, agreed by all
     latest = sx.latest_checkpoint(str(ckpt))
-    assert latest is not None
+    # orbax alone, on this process's devices (not the job's): its fallback_sharding option
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as orbax:
+        stored = orbax.restore(latest, args=ocp.args.StandardRestore(fallback_sharding=one_device))
+    assert float(stored["seen"]) == saved[0] * GLOBAL_BATCH  # the sum over every replica of every worker
     with Job(tmp_path / "second", workers, devices[1], [str(STEPS), str(ckpt), "0"], script=WORKER) as job:
         assert job.wait(timeout=120) == [0] * workers, job.logs()
         results = [job.result(w) for w in range(workers)]
     for r in results:
         assert r["start"] == saved[0]  # resumed where the preempted run stopped
+        # the SUM rule on the new replica count: each of this worker's copies holds its share
+        assert r["restored_seen"] == [saved[0] * GLOBAL_BATCH / (workers * devices[1])] * devices[1]
         for k, want in reference.items():
             np.testing.assert_allclose(np.asarray(r["params"][k]), want, rtol=1e-5, atol=1e-6)
     return latest

@@ -250,9 +250,10 @@ class _Plan:
             self._check(p, var.shape, var.dtype)
             self.assign.append((p, var))
             used.add(p)
-        var_paths = {id(v): p for p, v in objects.variables.items()}
+        var_paths = objects.path_of()
+        unique = {id(v): v for v in objects.variables.values()}.values()
         for opt_path, opt in objects.optimizers.items():
-            for var in {id(v): v for v in objects.variables.values()}.values():
+            for var in unique:
                 prefix = names.slot_prefix(opt_path, var_paths[id(var)])
                 found = [p[len(prefix):] for p in meta if p[:len(prefix)] == prefix]
                 if opt.has_slots(var):

@@ -32,7 +32,11 @@ RESTART_CODE = 42  # TensorFlow's exit code after a preemption checkpoint (outsi
 
 
 class PreemptionCheckpointHandler:
-    """Save a checkpoint at the next step boundary when the job is told it will be preempted."""
+    """Save a checkpoint at the next step boundary when the job is told it will be preempted.
+
+    `termination_config`: None, or an object with an `exit_fn` (as TensorFlow's
+    `TerminationConfig`) called after the save instead of `sys.exit(42)`; its other fields
+    (a custom watcher, a grace period) are not used: the notice is SIGTERM."""
 
     def __init__(self, cluster_resolver, checkpoint_or_checkpoint_manager, checkpoint_dir: str | None = None,
                  termination_config: Any = None):
@@ -99,7 +103,6 @@ class PreemptionCheckpointHandler:
                 return
             signal.signal(signal.SIGTERM, self._previous)
         self._runs.assign(self._run_counter)
-        self._manager.sync()
         path = self._manager.save(check_interval=False)
         self._manager.sync()
         print(f"strategax: preemption notice: saved {path} after {self._run_counter} runs; exiting",

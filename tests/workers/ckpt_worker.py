@@ -21,8 +21,8 @@ import numpy as np  # noqa: E402
 
 from mlp import data, make_variable_training  # noqa: E402
 
-variables, optimizer, train_step = make_variable_training(strategy)
-checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer)
+variables, optimizer, train_step, seen = make_variable_training(strategy)
+checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer, seen=seen)
 
 latest = sx.latest_checkpoint(ckpt_dir)
 start = 0

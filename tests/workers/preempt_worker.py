@@ -20,11 +20,12 @@ import numpy as np  # noqa: E402
 
 from mlp import data, make_variable_training  # noqa: E402
 
-variables, optimizer, train_step = make_variable_training(strategy)
-checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer)
+variables, optimizer, train_step, seen = make_variable_training(strategy)
+checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer, seen=seen)
 handler = sx.PreemptionCheckpointHandler(strategy.cluster_resolver, checkpoint, ckpt_dir)
 start = handler.total_run_calls
 print(f"start {start}", flush=True)
+restored_seen = [float(np.asarray(c)) for c in seen.values]  # this worker's copies
 x, y = data(steps)
 batches = iter(strategy.experimental_distribute_dataset(list(zip(x[start:], y[start:]))))
 with handler.watch_preemption_scope():
@@ -32,5 +33,5 @@ with handler.watch_preemption_scope():
         handler.run(train_step, *next(batches))
         print(f"step {handler.total_run_calls}", flush=True)
         time.sleep(pause)
-print(json.dumps({"start": start, "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
+print(json.dumps({"start": start, "restored_seen": restored_seen, "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
       flush=True)
