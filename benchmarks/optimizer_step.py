@@ -49,7 +49,7 @@ def make_strategax_step(strategy, params0, tx):
             optimizer.apply_gradients([(grads[k], variables[k]) for k in NAMES])
             return loss
         return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)))
-    return step, variables
+    return step, variables, optimizer
 
 
 def make_jax_step(mesh, tx):
@@ -76,7 +76,7 @@ def main() -> None:
     params0 = init_params()
     tx = optax.adam(1e-3)
 
-    sx_step, variables = make_strategax_step(strategy, params0, tx)
+    sx_step, variables, _ = make_strategax_step(strategy, params0, tx)
     batch = next(iter(strategy.experimental_distribute_dataset([(x, y)])))
 
     jax_step = make_jax_step(mesh, tx)

@@ -1,8 +1,10 @@
 """A digit classifier trained data-parallel with strategax on 8 simulated CPU devices.
 
 The data is scikit-learn's bundled 8x8 digits (1797 images, shipped inside the package: no
-download). Each run trains `--epochs` more epochs, saves a checkpoint after every epoch and,
-when re-run, resumes from the latest one. At the end it prints the held-out accuracy.
+download). Each run trains `--epochs` more epochs, saves a checkpoint after every epoch (an
+`sx.CheckpointManager` keeping the last three, written in the background while the next epoch
+trains) and, when re-run, resumes from the latest one. At the end it prints the held-out
+accuracy.
 
     pip install ".[examples]"
     python examples/digits.py                 # 15 epochs, then held-out accuracy
@@ -125,9 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"global batch {GLOBAL_BATCH} (last batch {len(x_train) % GLOBAL_BATCH})")
     params, optimizer, epoch, checkpoint, train_step, eval_step = make_training(strategy)
 
-    latest = sx.latest_checkpoint(args.ckpt_dir)
+    manager = sx.CheckpointManager(checkpoint, args.ckpt_dir, max_to_keep=3, async_save=True)
+    latest = manager.restore_or_initialize()
     if latest:
-        checkpoint.restore(latest)
         print(f"resumed from {latest} (epoch {int(epoch.numpy())})")
     start = int(epoch.numpy())
     train_batches = batches(x_train, y_train)
@@ -145,9 +147,10 @@ def main(argv: list[str] | None = None) -> dict:
             bar.set_postfix(loss=f"{total / count:.4f}")
         losses.append(total / count)
         epoch.assign(e + 1)
-        checkpoint.save(args.ckpt_dir)
+        manager.save()  # returns once the values are off the devices; written while we go on
         if e == start:
             print(f"collectives in one training step:\n{train_step.stats(batch)}")
+    manager.sync()
     correct = sum(float(eval_step(batch)) for batch in test_data)
     accuracy = correct / len(x_test)
     print(f"held-out accuracy after {int(epoch.numpy())} epochs: {accuracy:.2%}")

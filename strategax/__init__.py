@@ -7,18 +7,21 @@ from . import backends, cluster_resolver, ir, nn, passes
 from .cluster import WorkerLostError
 from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute import __all__ as _distribute_all
-from .errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, StrategaxError
+from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
+from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
+                     OutOfRangeError, StrategaxError)
 from .input import DistributedDataset, InputContext, InputOptions
-from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr
-from .variables import (Checkpoint, MirroredVariable, Optimizer, SyncOnReadVariable, Variable,
-                        VariableAggregation, VariableSynchronization, latest_checkpoint)
+from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr, range  # noqa: A004
+from .variables import (MirroredVariable, Optimizer, SyncOnReadVariable, Variable, VariableAggregation,
+                        VariableSynchronization)
 
 __version__ = "0.1.0"
 __all__ = [
     "backends", "cluster_resolver", "ir", "nn", "passes", *_distribute_all,
-    "Checkpoint", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
+    "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
-    "MirroredVariable", "Optimizer", "PerReplica", "StrategaxError", "StrategyFunction",
+    "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica", "PreemptionCheckpointHandler",
+    "StrategaxError", "StrategyFunction",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
-    "WorkerLostError", "import_jaxpr", "latest_checkpoint",
+    "WorkerLostError", "import_jaxpr", "latest_checkpoint", "range",
 ]

@@ -17,7 +17,7 @@ LAYERS = [
     {"passes", "backends"},
     {"trace", "cluster"},
     {"variables", "input"},
-    {"distribute"},
+    {"distribute", "checkpoint"},
     {"nn", "cluster_resolver", "tools"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]

@@ -154,6 +154,16 @@ class WorkerRuntime:
         return (f"strategax: worker {self.index} of {len(self.addresses)}: {what}: {who}. "
                 "The job cannot continue: restart it (from the last checkpoint)."), dead + slow
 
+    def lost_worker_error(self, what: str) -> WorkerLostError | None:
+        """After `what` failed: a WorkerLostError naming the lost peers (also printed, and this
+        process will exit non-zero), or None when every peer answers."""
+        message, lost = self._lost_message(what)
+        if not lost:
+            return None
+        self._failed = True
+        print(message, file=sys.stderr, flush=True)
+        return WorkerLostError(message, lost)
+
     # --- bounding a step ------------------------------------------------------------------
     def call(self, fn: Callable, key: int):
         """Run one step and wait for it; a failed collective raises WorkerLostError."""
@@ -166,12 +176,10 @@ class WorkerRuntime:
         try:
             return jax.block_until_ready(fn())
         except jax.errors.JaxRuntimeError as e:
-            message, lost = self._lost_message(f"a collective failed ({str(e).splitlines()[0][:200]})")
-            if not lost:
+            lost = self.lost_worker_error(f"a collective failed ({str(e).splitlines()[0][:200]})")
+            if lost is None:
                 raise
-            self._failed = True
-            print(message, file=sys.stderr, flush=True)
-            raise WorkerLostError(message, lost) from e
+            raise lost from e
         finally:
             with self._cond:
                 self._deadline = None

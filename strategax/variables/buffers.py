@@ -3,9 +3,12 @@ for a mirrored variable, one piece per replica for a sync-on-read one), threaded
 compiled programs as a donated input/output, and updated directly in cross-replica code."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ..backends import ReplicaLayout
 from .enums import VariableAggregation
@@ -68,6 +71,15 @@ class VarBuffer:
             total = total / len(comps) if np.issubdtype(total.dtype, np.inexact) else total // len(comps)
         return jnp.asarray(total, self.var.dtype)
 
+    def global_value(self) -> jax.Array:
+        """The cross-replica value as one array (over every process of a multi-worker job):
+        what a checkpoint stores."""
+        if self.layout is None or not self.layout.per_replica:
+            return self.array
+        if self.array.is_fully_addressable:
+            return jnp.asarray(self.eager_read())
+        return _aggregator(self.layout, self.var.aggregation)(self.array)
+
     def eager_update(self, kind: str, value) -> None:
         """Apply an update to every copy (the value is already what each copy receives)."""
         comps = self.components()
@@ -79,6 +91,23 @@ class VarBuffer:
             self.array = self.layout.assemble([np.asarray(x, self.var.dtype) for x in new])
         else:
             self.array = place(np.asarray(new[0], self.var.dtype), self.layout.sharding)
+
+
+@functools.lru_cache(maxsize=None)
+def _aggregator(layout: ReplicaLayout, aggregation: VariableAggregation):
+    """A program that combines a sync-on-read buffer's copies over the whole job (every process
+    calls it), with `eager_read`'s rule; the result is replicated."""
+    n, shape = layout.num_replicas, layout.type.shape
+
+    def combine(array):
+        copies = array.reshape((n, *shape))
+        if aggregation is VariableAggregation.ONLY_FIRST_REPLICA:
+            return copies[0]
+        total = copies.sum(0, dtype=copies.dtype)
+        if aggregation is VariableAggregation.MEAN:
+            return total / n if jnp.issubdtype(total.dtype, jnp.inexact) else total // n
+        return total
+    return jax.jit(combine, out_shardings=NamedSharding(layout.mesh, PartitionSpec()))
 
 
 def _apply(kind: str, old: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -40,6 +40,8 @@ class CentralVarBuffer(VarBuffer):
     def eager_read(self):
         return self.array
 
+    global_value = eager_read
+
     def eager_update(self, kind: str, value) -> None:
         new = _apply(kind, np.asarray(self.array), np.asarray(value))
         with jax.ensure_compile_time_eval():

@@ -17,7 +17,9 @@ import jax.numpy as jnp
 from .. import _context
 from ..errors import DistributionValueError
 from ..trace.distributed_values import PerReplica, is_distributed
+from . import slots
 from .enums import VariableAggregation
+from .slots import Params, StatePath
 from .variables import Variable
 
 
@@ -36,45 +38,47 @@ class Optimizer:
         self._strategy = _context.strategy()
         self.iterations = Variable(0, name=f"{name}/iterations", dtype=jnp.int32, trainable=False,
                                    aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
-        self._groups: dict[tuple, tuple[list[Variable], Any]] = {}  # param ids -> (state vars, treedef)
-        self._pending: dict[str, Any] = {}  # restored slot values waiting for their slot
+        self._groups: dict[frozenset, SlotGroup] = {}  # the ids of a group's variables -> its slots
+        self._pending: dict[int, tuple[Variable, dict]] = {}  # restored slots waiting for their group
 
     @property
     def tx(self):
         return self._tx
 
+    @property
+    def name(self) -> str:
+        return self._name
+
     # --- slots ------------------------------------------------------------------------------
-    def _slots(self, variables: list[Variable]) -> tuple[list[Variable], Any]:
-        key = tuple(id(v) for v in variables)
+    def _slots(self, variables: list[Variable]) -> SlotGroup:
+        """The slot group of exactly these variables (created on first use, in this order)."""
+        key = frozenset(id(v) for v in variables)
         group = self._groups.get(key)
         if group is None:
-            index = len(self._groups)
-            with jax.ensure_compile_time_eval():
-                state = self._tx.init([v._store.eager_read() for v in variables])
-            leaves, treedef = jax.tree_util.tree_flatten(state)
-            scope = _context.push(self._strategy) if _context.has_strategy() else contextlib.nullcontext()
-            with scope:
-                slots = [Variable(self._pending.pop(f"slots/{index}/{j}", leaf), trainable=False,
-                                  name=f"{self._name}/slot_{index}_{j}")
-                         for j, leaf in enumerate(leaves)]
-            group = self._groups[key] = (slots, treedef)
+            taken = [v.name for v in variables if self.has_slots(v)]
+            if taken:
+                raise DistributionValueError(
+                    f"optimizer {self._name!r} already keeps state for {', '.join(taken)} from an "
+                    "apply_gradients call with a different set of variables (optax state is per call group)",
+                    "apply gradients to the same set of variables every time, or use one optimizer per set")
+            group = self._groups[key] = SlotGroup(self, list(variables))
         return group
 
-    def variables(self) -> dict[str, Variable]:
-        """Every variable of the optimizer, by checkpoint path."""
-        out = {"iterations": self.iterations}
-        for index, (slots, _) in enumerate(self._groups.values()):
-            out.update({f"slots/{index}/{j}": s for j, s in enumerate(slots)})
-        return out
+    def slot_variables(self) -> list[tuple[Variable, StatePath, Variable]]:
+        """(variable, optax state path, slot) for every slot; a group-wide leaf (Adam's
+        `count`) is listed under each variable of its group."""
+        return [entry for group in self._groups.values() for entry in group.entries()]
 
-    def _restore(self, path: str, value) -> bool:
-        """Restore one checkpointed value (a slot not created yet is kept for its creation)."""
-        current = self.variables()
-        if path in current:
-            current[path].assign(value)
-        else:
-            self._pending[path] = value
-        return True
+    def slot_spec(self, variable: Variable) -> dict[StatePath, jax.ShapeDtypeStruct]:
+        """The slots `variable` gets (from optax's init on it alone), by state path."""
+        return slots.slot_spec(self._tx, variable.shape, variable.dtype)
+
+    def has_slots(self, variable: Variable) -> bool:
+        return any(id(variable) in k for k in self._groups)
+
+    def defer_slots(self, variable: Variable, values: dict[StatePath, Any]) -> None:
+        """Restored slot values for a variable whose slots do not exist yet: used when they are."""
+        self._pending[id(variable)] = (variable, dict(values))
 
     # --- applying gradients -------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars: Iterable, options=None):
@@ -105,16 +109,52 @@ class Optimizer:
         return g
 
     def _apply(self, strategy, grads: list, variables: list[Variable], cross_replica: bool):
-        slots, treedef = self._slots(variables)
-        state = jax.tree_util.tree_unflatten(treedef, [s.read_value() for s in slots])
-        params = [v.read_value() for v in variables]
-        updates, new_state = self._tx.update([jnp.asarray(g) for g in grads], state, params)
-        for v, u in zip(variables, updates):
+        group = self._slots(variables)
+        order = {id(v): i for i, v in enumerate(variables)}
+        grads = [grads[order[id(v)]] for v in group.variables]  # the group's own order
+        state = jax.tree_util.tree_unflatten(group.treedef, [s.read_value() for s in group.slots])
+        params = Params([v.read_value() for v in group.variables])
+        updates, new_state = self._tx.update(Params([jnp.asarray(g) for g in grads]), state, params)
+        for v, u in zip(group.variables, updates):
             if cross_replica:
                 strategy.extended.update(v, _add_update, args=(u,))
             else:
                 v.assign_add(u)
-        for s, value in zip(slots, jax.tree_util.tree_leaves(new_state)):
+        for s, value in zip(group.slots, jax.tree_util.tree_leaves(new_state)):
             s.assign(value)
         self.iterations.assign_add(1)
         return None
+
+
+class SlotGroup:
+    """The optax state of one set of variables, one slot variable per state leaf."""
+
+    def __init__(self, optimizer: Optimizer, variables: list[Variable]):
+        self.variables = variables
+        with jax.ensure_compile_time_eval():
+            state = optimizer.tx.init(Params([v._store.eager_read() for v in variables]))
+        self.treedef = jax.tree_util.tree_structure(state)
+        self.leaves = slots.state_leaves(state)  # (owner index or None, state path, initial value)
+        pending = [optimizer._pending.pop(id(v), (v, {}))[1] for v in variables]
+        scope = _context.push(optimizer._strategy) if _context.has_strategy() else contextlib.nullcontext()
+        with scope:
+            self.slots = [Variable(self._initial(optimizer.name, pending, owner, path, leaf), trainable=False,
+                                   name=f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}")
+                          for owner, path, leaf in self.leaves]
+
+    def _label(self, owner: int | None) -> str:
+        return "group" if owner is None else self.variables[owner].name
+
+    @staticmethod
+    def _initial(name: str, pending: list[dict], owner: int | None, path: StatePath, leaf):
+        if owner is not None:
+            return pending[owner].get(path, leaf)
+        restored = [p[path] for p in pending if path in p]
+        return slots.group_value(name, path, restored) if restored else leaf
+
+    def entries(self) -> list[tuple[Variable, StatePath, Variable]]:
+        out = []
+        for (owner, path, _), slot in zip(self.leaves, self.slots):
+            owners = self.variables if owner is None else [self.variables[owner]]
+            out.extend((v, path, slot) for v in owners)
+        return out

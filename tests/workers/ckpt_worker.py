@@ -2,7 +2,8 @@
 sx.Checkpoint (launched by tests/test_multi_worker_checkpoint.py).
 
 Usage: ckpt_worker.py STEPS TIMEOUT_SECONDS CKPT_DIR. Resumes from the latest checkpoint in
-CKPT_DIR if there is one; worker 0 (the chief) saves after every step. STEPS <= 0 trains
+CKPT_DIR if there is one; every worker saves after every step (as in TensorFlow: worker 0
+numbers and publishes, each writes its part). STEPS <= 0 trains
 until killed. Prints "step N" after each step and, at the end, one JSON line with the
 parameters.
 """
@@ -16,29 +17,12 @@ steps, timeout, ckpt_dir = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 strategy = sx.MultiWorkerMirroredStrategy(
     communication_options=sx.CommunicationOptions(timeout_seconds=timeout))
 
-import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from mlp import TX, data, init_params, loss_fn  # noqa: E402
+from mlp import data, make_variable_training  # noqa: E402
 
-GLOBAL_BATCH = 32
-NAMES = ("b1", "b2", "w1", "w2")
-with strategy.scope():
-    variables = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
-    optimizer = sx.Optimizer(TX)
-checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer)
-
-
-@strategy.function
-def train_step(x, y):
-    def step(x, y):
-        values = {k: variables[k].read_value() for k in NAMES}
-        # this replica's share of the global mean: the optimizer SUMs the gradients
-        loss, grads = jax.value_and_grad(lambda p: loss_fn(p, x, y) * x.shape[0] / GLOBAL_BATCH)(values)
-        optimizer.apply_gradients([(grads[k], variables[k]) for k in NAMES])
-        return loss
-    return strategy.reduce("SUM", strategy.run(step, args=(x, y)))
-
+variables, optimizer, train_step, seen = make_variable_training(strategy)
+checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer, seen=seen)
 
 latest = sx.latest_checkpoint(ckpt_dir)
 start = 0
@@ -54,8 +38,7 @@ while i < total:
     for batch in strategy.experimental_distribute_dataset(list(zip(x[lo:], y[lo:]))):
         train_step(*batch)
         i += 1
-        if strategy.extended.should_checkpoint:  # the chief (worker 0) writes the checkpoints
-            checkpoint.save(ckpt_dir)
+        checkpoint.save(ckpt_dir)
         print(f"step {i}", flush=True)
         if steps <= 0:
             time.sleep(0.02)

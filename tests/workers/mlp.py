@@ -44,6 +44,33 @@ def make_step(strategy):
     return tx, step
 
 
+GLOBAL_BATCH = 32
+
+
+def make_variable_training(strategy):
+    """The MLP in sx.Variables with sx.Optimizer(TX): (variables, optimizer, train_step, seen),
+    `seen` a sync-on-read SUM variable counting the examples trained on."""
+    import strategax as sx
+
+    names = sorted(init_params())
+    with strategy.scope():
+        variables = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
+        optimizer = sx.Optimizer(TX)
+        seen = sx.Variable(0.0, synchronization="ON_READ", aggregation="SUM", name="seen")
+
+    @strategy.function
+    def train_step(x, y):
+        def step(x, y):
+            values = {k: variables[k].read_value() for k in names}
+            # this replica's share of the global mean: the optimizer SUMs the gradients
+            loss, grads = jax.value_and_grad(lambda p: loss_fn(p, x, y) * x.shape[0] / GLOBAL_BATCH)(values)
+            optimizer.apply_gradients([(grads[k], variables[k]) for k in names])
+            seen.assign_add(float(x.shape[0]))
+            return loss
+        return strategy.reduce("SUM", strategy.run(step, args=(x, y)))
+    return variables, optimizer, train_step, seen
+
+
 def sx_ctx():
     import strategax as sx
 

@@ -1,0 +1,112 @@
+"""What a `Checkpoint` stores, by name: the objects given to it flattened to paths.
+
+A variable is stored at its path (`("params", "w1")`); an optimizer at path `o` stores
+`o + ("iterations",)` and each slot at `o + ("slots",) + <its variable's path> + <optax state
+path>`, e.g. `("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
+path joined with "." (`params.w1`), so two paths that join to the same name, a key that is not
+a non-empty string, or a slot whose variable the checkpoint does not hold cannot be stored
+faithfully: they raise `CheckpointError` at save time instead of losing a value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CheckpointError
+from ..variables import Optimizer, Variable
+
+Path = tuple[str, ...]
+
+
+def dotted(path: Path) -> str:
+    """orbax's name for an entry."""
+    return ".".join(path)
+
+
+def shown(path: Path) -> str:
+    """How an entry is named in messages."""
+    return "/".join(path)
+
+
+@dataclass
+class Objects:
+    """The variables and optimizers of a Checkpoint, by path."""
+    variables: dict[Path, Variable] = field(default_factory=dict)
+    optimizers: dict[Path, Optimizer] = field(default_factory=dict)
+
+    def path_of(self) -> dict[int, Path]:
+        """Each variable's (first) path, by identity."""
+        out: dict[int, Path] = {}
+        for path, var in self.variables.items():
+            out.setdefault(id(var), path)
+        return out
+
+
+def collect(objects: dict) -> Objects:
+    """Walk the keyword arguments of `sx.Checkpoint` (nested dicts, lists and tuples)."""
+    out = Objects()
+    _walk((), objects, out)
+    return out
+
+
+def _walk(path: Path, obj: Any, out: Objects) -> None:
+    if isinstance(obj, Variable):
+        out.variables[path] = obj
+    elif isinstance(obj, Optimizer):
+        out.optimizers[path] = obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(key, str) or not key:
+                raise CheckpointError(
+                    f"sx.Checkpoint key {key!r} at {shown(path) or 'the top level'} is not a non-empty "
+                    "string: it cannot be stored as a name", "use non-empty string keys")
+            _walk(path + (key,), value, out)
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            _walk(path + (str(i),), value, out)
+    else:
+        raise CheckpointError(f"sx.Checkpoint cannot save {type(obj).__name__} at {shown(path)!r}",
+                              "pass variables, optimizers, or dicts/lists of them")
+
+
+def stored(objects: Objects) -> dict[Path, Variable]:
+    """Every entry the checkpoint stores, by path; raises on names orbax cannot keep apart."""
+    entries = dict(objects.variables)
+    paths = objects.path_of()
+    for opt_path, opt in objects.optimizers.items():
+        entries[opt_path + ("iterations",)] = opt.iterations
+        for var, state_path, slot in opt.slot_variables():
+            if id(var) not in paths:
+                raise CheckpointError(
+                    f"optimizer {shown(opt_path)!r} keeps state for variable {var.name!r}, which this "
+                    "Checkpoint does not hold (slots are stored under their variable's name)",
+                    "give the Checkpoint every variable the optimizer updates")
+            entries[slot_prefix(opt_path, paths[id(var)]) + state_path] = slot
+    check_names(entries)
+    return entries
+
+
+def slot_prefix(opt_path: Path, var_path: Path) -> Path:
+    return opt_path + ("slots",) + var_path
+
+
+def check_names(paths) -> None:
+    """Two paths orbax would store under one name (`{"a.b": x, "a": {"b": y}}`) are an error."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        other = seen.setdefault(dotted(path), path)
+        if other != path:
+            raise CheckpointError(
+                f"sx.Checkpoint entries {shown(other)!r} and {shown(path)!r} would be stored under one "
+                f"name ({dotted(path)!r}): one of them would be lost", "rename one of them")
+
+
+def nest(flat: dict[Path, Any]) -> dict:
+    """The nested dict orbax stores, from entries by path."""
+    tree: dict = {}
+    for path, value in flat.items():
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return tree
