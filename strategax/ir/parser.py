@@ -240,7 +240,7 @@ class _Parser:
         """`items` as a 1-D array of `ty`'s dtype; a ParseError at `pos` when an integer does not
         fit (floats round to the dtype, as in any literal)."""
         bounds = A.int_bounds(ty.dtype)
-        if bounds is not None:
+        if bounds is not None and items and not bounds[0] <= min(items) <= max(items) <= bounds[1]:
             lo, hi = bounds
             for k, x in enumerate(items):
                 if not lo <= x <= hi:
@@ -252,7 +252,9 @@ class _Parser:
     def parse_attr(self) -> Any:
         kind, text, pos = self.next()
         if kind == "number":
-            return self.integer(text, pos) if INT.match(text) else float(text)
+            if INT.match(text):  # up to 18 characters always fit 64 bits
+                return int(text) if len(text) <= 18 else self.integer(text, pos)
+            return float(text)
         if kind == "string":
             return self.string(text, pos)
         if kind == "symbol":
