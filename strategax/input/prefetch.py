@@ -1,8 +1,11 @@
 """Prefetch to device: a background thread runs the input pipeline (read, split, place) up to
 N elements ahead of the training loop. Errors surface in the loop with their original
-traceback; breaking out of the loop or exhausting the data stops the thread."""
+traceback; breaking out of the loop or exhausting the data stops the thread, and so does the
+end of the program (a thread still placing a batch while the interpreter shuts down aborts
+the process inside XLA)."""
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from typing import Callable, Iterator
@@ -10,6 +13,17 @@ from typing import Callable, Iterator
 from .split import BatchError
 
 _END = object()
+_RUNNING: set[tuple[threading.Event, threading.Thread]] = set()  # producer threads still alive
+
+
+@atexit.register
+def _stop_all(timeout: float = 2.0) -> None:
+    """At exit, stop every producer and wait (briefly) for those in the middle of a batch."""
+    running = list(_RUNNING)
+    for stop, _ in running:
+        stop.set()
+    for _, thread in running:
+        thread.join(timeout / max(len(running), 1))
 
 
 class _Failure:
@@ -36,6 +50,8 @@ def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
 def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event) -> None:
     """The producer thread; it holds no reference to the Prefetcher, so dropping the iterator
     (e.g. `break` out of the loop) collects it and stops the thread."""
+    me = (stop, threading.current_thread())
+    _RUNNING.add(me)
     try:
         for item in produce():
             if not _put(q, stop, item):
@@ -43,6 +59,8 @@ def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event)
     except BaseException as e:  # noqa: BLE001 - handed to the consumer
         _put(q, stop, _Failure(e))
         return
+    finally:
+        _RUNNING.discard(me)
     _put(q, stop, _END)
 
 
