@@ -1,9 +1,11 @@
 """Prefetch to device: a background thread runs the input pipeline (read, split, place) up to
 N elements ahead of the training loop. Errors surface in the loop with their original
-traceback; breaking out of the loop, exhausting the data or `close()` stops the thread, and
-`next()` after `close()` raises StopIteration at once."""
+traceback; breaking out of the loop, exhausting the data or `close()` stops the thread (and
+`next()` after `close()` raises StopIteration at once), and so does the end of the program (a
+thread still placing a batch while the interpreter shuts down aborts the process inside XLA)."""
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from typing import Callable, Iterator
@@ -11,6 +13,17 @@ from typing import Callable, Iterator
 from .split import BatchError
 
 _END = object()
+_RUNNING: set[tuple[threading.Event, threading.Thread]] = set()  # producer threads still alive
+
+
+@atexit.register
+def _stop_all(timeout: float = 2.0) -> None:
+    """At exit, stop every producer and wait (briefly) for those in the middle of a batch."""
+    running = list(_RUNNING)
+    for stop, _ in running:
+        stop.set()
+    for _, thread in running:
+        thread.join(timeout / max(len(running), 1))
 
 
 class _Failure:
@@ -37,6 +50,8 @@ def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
 def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event) -> None:
     """The producer thread; it holds no reference to the Prefetcher, so dropping the iterator
     (e.g. `break` out of the loop) collects it and stops the thread."""
+    me = (stop, threading.current_thread())
+    _RUNNING.add(me)
     items = None
     try:
         items = produce()
@@ -47,6 +62,7 @@ def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event)
         _put(q, stop, _Failure(e))
         return
     finally:  # a stopped generator runs its cleanup (closes the user's files) now, on this thread
+        _RUNNING.discard(me)
         close = getattr(items, "close", None)
         if close is not None:
             close()
