@@ -9,9 +9,9 @@ from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute import __all__ as _distribute_all
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
-                     StrategaxError)
+                     OutOfRangeError, StrategaxError)
 from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions
-from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr
+from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr, range  # noqa: A004
 from .variables import (MirroredVariable, Optimizer, SyncOnReadVariable, Variable, VariableAggregation,
                         VariableSynchronization)
 
@@ -20,8 +20,8 @@ __all__ = [
     "backends", "cluster_resolver", "ir", "nn", "passes", *_distribute_all,
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
-    "AutoShardPolicy",
-    "MirroredVariable", "Optimizer", "PerReplica", "PreemptionCheckpointHandler", "StrategaxError", "StrategyFunction",
+    "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica", "PreemptionCheckpointHandler",
+    "StrategaxError", "StrategyFunction",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
-    "WorkerLostError", "import_jaxpr", "latest_checkpoint",
+    "WorkerLostError", "import_jaxpr", "latest_checkpoint", "range",
 ]

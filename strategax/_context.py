@@ -27,6 +27,7 @@ class _State(threading.local):
         self.depth = 0  # strategax traces in progress
         self.sessions: list[Any] = []  # the variable session of each trace in progress
         self.batches: list[tuple[Any, int | None]] = []  # (real row count, padded rows) per trace
+        self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.takes)
 
 
 _state = _State()
@@ -86,16 +87,19 @@ def in_replica_context() -> bool:
 
 # --- traces ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def tracing(strategy, session, batch: tuple[Any, int | None] = (None, None)) -> Iterator[None]:
+def tracing(strategy, session, batch: tuple[Any, int | None] = (None, None), inputs=None) -> Iterator[None]:
     """While a strategax program is traced: `strategy` in cross-replica context, the trace's
-    variable `session`, and its padded batch (this replica's real row count, padded rows)."""
+    variable `session`, its padded batch (this replica's real row count, padded rows) and
+    the input iterators it may take batches from."""
     _state.stack.append(Entry(strategy))
     _state.depth += 1
     _state.sessions.append(session)
     _state.batches.append(batch)
+    _state.inputs.append(inputs)
     try:
         yield
     finally:
+        _state.inputs.pop()
         _state.batches.pop()
         _state.sessions.pop()
         _state.depth -= 1
@@ -115,3 +119,13 @@ def session() -> Any:
 def batch() -> tuple[Any, int | None]:
     """(real row count, padded rows) of the batch being traced, or (None, None)."""
     return _state.batches[-1] if _state.batches else (None, None)
+
+
+def set_batch(batch: tuple[Any, int | None]) -> None:
+    """The innermost trace's batch is now `batch` (a batch just taken from an iterator)."""
+    _state.batches[-1] = batch
+
+
+def inputs() -> Any:
+    """The input iterators of the innermost trace (`trace.takes.TraceInputs`), or None."""
+    return _state.inputs[-1] if _state.inputs else None

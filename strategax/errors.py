@@ -53,3 +53,8 @@ class DistributionRuntimeError(StrategaxError, RuntimeError):
 class CheckpointError(StrategaxError, ValueError):
     """A checkpoint cannot be written or restored faithfully: names that cannot be stored, or a
     file that does not match the objects (structure, shape, dtype), is damaged or is not one."""
+
+
+class OutOfRangeError(StrategaxError, RuntimeError):
+    """An input iterator has no batch left for a `next()` inside a compiled function
+    (TensorFlow's `tf.errors.OutOfRangeError`); the call ran nothing and took nothing."""

@@ -2,14 +2,20 @@
 summary and graph behind, and they agree with what ran."""
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import strategax as sx
+from strategax.tools import strategax_dump
+
+from conftest import here
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = '''
@@ -76,3 +82,45 @@ def test_env_var_dumps_from_any_program(tmp_path, monkeypatch):
     nodes = [line for line in dot.splitlines() if line.startswith("  op") and "->" not in line]
     assert len(nodes) == len(final.main.body.ops)
     assert "Strategy.reduce" in (folder / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("how", ["path-is-a-file", "disk-full"])
+def test_unwritable_dump_warns_once_and_the_program_runs(tmp_path, monkeypatch, how):
+    # Intent: a dump that cannot be written (STRATEGAX_DUMP_TO naming a file; a full disk) is one
+    # warning naming the user's line and a fix, never an error out of f(...): every call, a new
+    # signature included, returns the right numbers.
+    target = tmp_path / "dump"
+    if how == "path-is-a-file":
+        target.write_text("not a folder")
+    else:
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setenv("STRATEGAX_DUMP_TO", str(target))
+    strategy = sx.MirroredStrategy()
+    n = strategy.num_replicas_in_sync
+    step = strategy.function(lambda x: strategy.reduce("SUM", strategy.run(lambda v: v * 2.0, args=(x,)), axis=None))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = here() + 1
+        results = [step(np.float32(3.0)), step(np.float32(3.0)), step(np.ones((2,), np.float32))]
+    np.testing.assert_allclose(np.asarray(results[0]), 2.0 * 3.0 * n)
+    np.testing.assert_allclose(np.asarray(results[1]), 2.0 * 3.0 * n)
+    np.testing.assert_allclose(np.asarray(results[2]), np.full((2,), 2.0 * n))
+    dump_warnings = [w for w in caught if "STRATEGAX_DUMP_TO" in str(w.message)]
+    assert len(dump_warnings) == 1, [str(w.message) for w in caught]
+    (w,) = dump_warnings
+    assert (os.path.basename(w.filename), w.lineno) == ("test_dump.py", line)
+    assert "fix:" in str(w.message)
+
+
+def test_strategax_dump_out_naming_a_file_exits_1_with_a_message(tmp_path, capsys):
+    # Intent: `strategax-dump --out FILE script.py` says why and exits 1 before running the script.
+    not_a_folder = tmp_path / "out.txt"
+    not_a_folder.write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n")
+    assert strategax_dump.main(["--out", str(not_a_folder), str(script)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"strategax-dump: error: --out {not_a_folder} ") and "Traceback" not in err
+    assert not (tmp_path / "ran").exists()

@@ -9,13 +9,13 @@ from strategax import ir
 
 EVERY_KIND = '''module @kinds attributes {num_replicas = 4, note = "a \\"quoted\\" \\n line"} {
   var @w : f32[2,3] {sync = "on_write", agg = "none"}
-  func @main(%x: f32[2,3] per_replica, %i: i32[] mirrored) -> (f32[2,3] mirrored, f32[] per_replica) {
+  func @main(%x: f32[2,3] per_replica, %i: i32[1] mirrored) -> (f32[2,3] mirrored, f32[] per_replica) {
     %c = sx.constant {value = dense<f32[2,3]: 1.0, -2.5, 1e-08, inf, -inf, 3.0>} : f32[2,3] mirrored
     %z = sx.constant {value = dense<bf16[4]: splat 0.0>} : bf16[4] mirrored
     %b = sx.constant {value = dense<bool[2]: true, false>} : bool[2] mirrored
     %a = jax.add %x, %c : f32[2,3] per_replica loc("train.py":18)
-    %d = jax.dot_general %a, %c {dimension_numbers = (((1,), (1,)), ((), ())), precision = (#Precision.HIGHEST, #Precision.DEFAULT), preferred_element_type = f32} : f32[2,2] per_replica
-    %g = jax.gather %x, %i {dimension_numbers = #GatherDimensionNumbers{offset_dims = (0, 1), collapsed_slice_dims = (), start_index_map = (0,), operand_batching_dims = (), start_indices_batching_dims = ()}, slice_sizes = [1, 3], mode = #GatherScatterMode.CLIP, fill_value = none} : f32[1,3] per_replica
+    %d = jax.dot_general %a, %c {dimension_numbers = (((1,), (1,)), ((), ())), precision = (#Precision.HIGHEST, #Precision.DEFAULT), preferred_element_type = f32, out_sharding = none} : f32[2,2] per_replica
+    %g = jax.gather %x, %i {dimension_numbers = #GatherDimensionNumbers{offset_dims = (0, 1), collapsed_slice_dims = (), start_index_map = (0,), operand_batching_dims = (), start_indices_batching_dims = ()}, slice_sizes = [1, 3], unique_indices = false, indices_are_sorted = false, mode = #GatherScatterMode.CLIP, fill_value = none} : f32[1,3] per_replica
     %r = sx.all_reduce %a {op = "mean", reason = "ReplicaContext.all_reduce"} : f32[2,3] mirrored loc("/abs/path with space/t.py":7)
     %s = jax.reduce_sum %a {axes = (0, 1)} : f32[] per_replica
     return %r, %s

@@ -3,7 +3,9 @@ step boundary and exits with TensorFlow's restart code (42); restarted, it resum
 saved step and ends with the weights of an uninterrupted run (plain JAX + optax on one device),
 as one process and as a 2-worker job (where both workers save at the same step). A sync-on-read
 SUM counter of the examples seen is saved as its sum over all replicas of all workers and
-divided among the replicas of the restarted job (the seed's rule)."""
+divided among the replicas of the restarted job (the seed's rule). The script's regular
+checkpoints go through an async CheckpointManager: the one still being written when the
+restarted run ends is completed at exit, with the run count of its step."""
 import signal
 import sys
 from pathlib import Path
@@ -50,16 +52,21 @@ def preempt_and_resume(tmp_path, workers: int, devices: tuple[int, int], referen
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as orbax:
         stored = orbax.restore(latest, args=ocp.args.StandardRestore(fallback_sharding=one_device))
     assert float(stored["seen"]) == saved[0] * GLOBAL_BATCH  # the sum over every replica of every worker
+    for process in range(workers):  # each worker wrote its own part of the one checkpoint
+        assert any((Path(latest) / f"ocdbt.process_{process}" / "d").iterdir())
     with Job(tmp_path / "second", workers, devices[1], [str(STEPS), str(ckpt), "0"], script=WORKER) as job:
         assert job.wait(timeout=120) == [0] * workers, job.logs()
         results = [job.result(w) for w in range(workers)]
+    # the async save of the last step, still being written at exit, was completed, not lost
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as orbax:
+        final = orbax.restore(sx.latest_checkpoint(str(ckpt)), args=ocp.args.StandardRestore(fallback_sharding=one_device))
+    assert (int(final["checkpointed_runs"]), float(final["seen"])) == (STEPS, STEPS * GLOBAL_BATCH)
     for r in results:
         assert r["start"] == saved[0]  # resumed where the preempted run stopped
         # the SUM rule on the new replica count: each of this worker's copies holds its share
         assert r["restored_seen"] == [saved[0] * GLOBAL_BATCH / (workers * devices[1])] * devices[1]
         for k, want in reference.items():
             np.testing.assert_allclose(np.asarray(r["params"][k]), want, rtol=1e-5, atol=1e-6)
-    return latest
 
 
 def test_sigterm_saves_and_restart_matches_uninterrupted_run(tmp_path, reference):
@@ -72,6 +79,4 @@ def test_sigterm_to_one_worker_saves_on_all_and_restart_matches(tmp_path, refere
     # Intent: a 2-worker job (2 replicas each), SIGTERM to worker 1: both workers save at the
     # same step (each writing its own part of one checkpoint) and exit 42; restarted with 1
     # replica per worker it ends with the reference weights.
-    latest = preempt_and_resume(tmp_path, 2, (2, 1), reference)
-    for process in (0, 1):
-        assert any((Path(latest) / f"ocdbt.process_{process}" / "d").iterdir())
+    preempt_and_resume(tmp_path, 2, (2, 1), reference)

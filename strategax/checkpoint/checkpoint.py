@@ -11,7 +11,9 @@ worker 0 numbers and publishes the checkpoint and each worker writes its own par
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+import sys
 import threading
 import weakref
 from typing import Callable
@@ -28,14 +30,22 @@ from .status import CheckpointLoadStatus, InitializationOnlyStatus
 _in_flight: "weakref.WeakSet[Checkpoint]" = weakref.WeakSet()
 
 
-@atexit.register
 def _finish_async_saves() -> None:
     """An async save still writing when the program ends is completed, not lost."""
     for ckpt in list(_in_flight):
         try:
             ckpt.sync()
         except Exception as e:  # noqa: BLE001 - report, never hang or mask the exit
-            print(f"strategax: an async checkpoint save failed: {e}", flush=True)
+            print(f"strategax: an async checkpoint save failed: {e}", file=sys.stderr, flush=True)
+
+
+@functools.cache
+def _register_exit_hook() -> None:
+    """Run `_finish_async_saves` at interpreter exit before the thread pools orbax writes with
+    stop taking work (concurrent.futures stops them with `threading._register_atexit`, which
+    runs before `atexit`; hooks registered later run first) and before JAX's collectives
+    finalize."""
+    getattr(threading, "_register_atexit", atexit.register)(_finish_async_saves)
 
 
 class Checkpoint:
@@ -46,6 +56,7 @@ class Checkpoint:
         self._lock = threading.Lock()
         self._writing: threading.Thread | None = None
         self._write_error: BaseException | None = None
+        self._before_save: list[Callable[[], None]] = []  # e.g. a preemption handler's run count
 
     # --- saving ---------------------------------------------------------------------------
     def save(self, file_prefix: str) -> str:
@@ -59,6 +70,8 @@ class Checkpoint:
     def _save(self, directory: str, name: str, number: int | None = None, asynchronous: bool = False,
               published: Callable[[], None] | None = None) -> str:
         """Save as `directory/name-N`; `published` runs (on worker 0) once it is on disk."""
+        for hook in self._before_save:
+            hook()
         entries = names.stored(names.collect(self._objects))
         if not entries:
             raise CheckpointError("sx.Checkpoint has nothing to save", "give it variables or optimizers")
@@ -86,6 +99,7 @@ class Checkpoint:
             except BaseException as e:  # noqa: BLE001 - handed to the next sync()/save()
                 self._write_error = e
         self._writing = threading.Thread(target=target, name="strategax-checkpoint-write", daemon=True)
+        _register_exit_hook()
         _in_flight.add(self)
         self._writing.start()
 

@@ -2,7 +2,8 @@
 PreemptionCheckpointHandler` on `sx.CheckpointManager`.
 
 Created, it restores the latest checkpoint (and with it `total_run_calls`, stored in the
-checkpoint as `checkpointed_runs`, TensorFlow's name). Each `run(train_fn, ...)` first checks
+checkpoint as `checkpointed_runs`, TensorFlow's name, and kept current by every save of the
+checkpoint, the user's own included). Each `run(train_fn, ...)` first checks
 for a preemption notice (SIGTERM): when one has arrived, every worker saves a checkpoint at the
 same step boundary and the process exits with TensorFlow's restart code, 42. One process
 watches SIGTERM itself; in a multi-worker job JAX's preemption sync manager (started by
@@ -12,6 +13,7 @@ after the furthest any worker has reached (`multihost_utils.reached_preemption_s
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -58,6 +60,9 @@ class PreemptionCheckpointHandler:
             raise CheckpointError(f"the checkpoint already holds {RUNS!r} (another PreemptionCheckpointHandler?)",
                                   "use one handler per checkpoint")
         target.checkpoint._objects[RUNS] = self._runs
+        # every save of this checkpoint records the runs so far (TensorFlow's handler updates
+        # it only when it saves itself, so a regular checkpoint would restore a stale count)
+        target.checkpoint._before_save.append(functools.partial(_record_runs, weakref.ref(self)))
         target.restore_or_initialize()
         self._run_counter = int(self._runs.numpy())
         self._multi_process = jax.process_count() > 1
@@ -102,12 +107,17 @@ class PreemptionCheckpointHandler:
             if self._save_at != self._run_counter:
                 return
             signal.signal(signal.SIGTERM, self._previous)
-        self._runs.assign(self._run_counter)
         path = self._manager.save(check_interval=False)
         self._manager.sync()
         print(f"strategax: preemption notice: saved {path} after {self._run_counter} runs; exiting",
               file=sys.stderr, flush=True)
         self._exit_fn()
+
+
+def _record_runs(handler: "weakref.ref[PreemptionCheckpointHandler]") -> None:
+    live = handler()
+    if live is not None:
+        live._runs.assign(live._run_counter)
 
 
 def _watch_sigterm(handler: "weakref.ref[PreemptionCheckpointHandler]"):

@@ -16,7 +16,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from ..errors import DistributionValueError
-from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Str, declare
+from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array
 from .effects import COLLECTIVE
 from .jax_ops import register_primitive
 from .registry import LOWERINGS, REFERENCE
@@ -62,8 +62,17 @@ def _verify_constant(op: Operation) -> str | None:
 declare(OpDef("sx.constant", "A literal array, the same on every replica.", num_operands=0,
               num_results=1, attrs={"value": Attr("dense")}, locality=mirrored,
               verify=_verify_constant))
-LOWERINGS["sx.constant"] = lambda op, args, ctx: [jnp.asarray(op.attrs["value"])]
-REFERENCE["sx.constant"] = lambda op, args, ctx: [[op.attrs["value"]] * ctx.num_replicas]
+
+
+def _lower_constant(op, args, ctx):
+    value = op.attrs["value"]
+    if isinstance(value, Splat):  # a broadcast scalar in the program, never a host array
+        return [jnp.full(value.shape, value.value, value.dtype)]
+    return [jnp.asarray(value)]
+
+
+LOWERINGS["sx.constant"] = _lower_constant
+REFERENCE["sx.constant"] = lambda op, args, ctx: [[dense_array(op.attrs["value"])] * ctx.num_replicas]
 
 
 # --- sx.replica_id: this replica's index in the sync group --------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 
 from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef,
-                  declare, has_collective, lookup)
+                  TensorType, declare, has_collective, lookup)
 from .registry import LOWERINGS, REFERENCE
 
 
@@ -52,12 +52,31 @@ def _check_writes(verify: Callable[[Operation], str | None]) -> Callable[[Operat
     return check
 
 
+def _mismatch(what: str, got: Sequence, want: Sequence) -> str | None:
+    """Why tensor types `got` (of `what`) are not `want` (shapes and dtypes), or None."""
+    if len(got) != len(want):
+        return f"{what}: {len(got)} values, expected {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"{what}: value {k} is {g}, expected {w.with_locality(None).with_sharding(None)}"
+    return None
+
+
+def _types(values) -> list:
+    return [v.type for v in values]
+
+
 def _verify_cond(op: Operation) -> str | None:
-    if not op.regions:
-        return "needs at least one branch"
+    if not op.regions or not op.operands:
+        return "needs a branch index operand and at least one branch"
+    index = op.operands[0].type
+    if index.shape != () or index.dtype.kind not in "iu":
+        return f"the branch index is {index}; it must be an integer scalar"
     for i, b in enumerate(op.regions):
-        if len(b.args) != len(op.operands) - 1 or len(b.results) != len(op.results):
-            return f"branch {i} takes {len(b.args)} and yields {len(b.results)} values; expected {len(op.operands) - 1} and {len(op.results)}"
+        problem = (_mismatch(f"branch {i}'s arguments", _types(b.args), _types(op.operands[1:]))
+                   or _mismatch(f"branch {i}'s yield", _types(b.results), _types(op.results)))
+        if problem:
+            return problem
     return None
 
 
@@ -65,19 +84,40 @@ def _verify_while(op: Operation) -> str | None:
     if len(op.regions) != 2:
         return "needs a cond and a body region"
     cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-    ncarry = len(op.operands) - cn - bn
-    if ncarry != len(op.results) or len(op.regions[1].results) != ncarry:
-        return "carry count disagrees between operands, body and results"
+    if cn + bn > len(op.operands):
+        return f"has {len(op.operands)} operands, fewer than cond_nconsts + body_nconsts"
+    consts, carry = _types(op.operands[:cn + bn]), _types(op.operands[cn + bn:])
+    cond, body = op.regions
+    problem = (_mismatch("the cond region's arguments", _types(cond.args), consts[:cn] + carry)
+               or _mismatch("the body region's arguments", _types(body.args), consts[cn:] + carry)
+               or _mismatch("the body region's yield", _types(body.results), carry)
+               or _mismatch("the results", _types(op.results), carry))
+    if problem:
+        return problem
+    if len(cond.results) != 1 or cond.results[0].type.shape != () or cond.results[0].type.dtype != np.bool_:
+        return "the cond region must yield one bool[]"
     return None
 
 
 def _verify_scan(op: Operation) -> str | None:
     if len(op.regions) != 1:
         return "needs one body region"
-    body = op.regions[0]
-    if len(body.args) != len(op.operands) or len(body.results) != len(op.results):
-        return "body signature disagrees with operands and results"
-    return None
+    nc, ncarry, length = op.attrs["num_consts"], op.attrs["num_carry"], op.attrs["length"]
+    if nc + ncarry > len(op.operands) or ncarry > len(op.results):
+        return "num_consts and num_carry count more values than the operands or results hold"
+    body, operands = op.regions[0], _types(op.operands)
+    xs = operands[nc + ncarry:]
+    for k, x in enumerate(xs):
+        if not x.shape or x.shape[0] != length:
+            return f"scanned operand {k} is {x}; its leading dimension must be the length, {length}"
+    slices = [TensorType(x.shape[1:], x.dtype) for x in xs]
+    problem = (_mismatch("the body's arguments", _types(body.args), operands[:nc + ncarry] + slices)
+               or _mismatch("the body's yielded carry", _types(body.results[:ncarry]), operands[nc:nc + ncarry])
+               or _mismatch("the carried results", _types(op.results[:ncarry]), operands[nc:nc + ncarry]))
+    if problem:
+        return problem
+    stacked = [TensorType((length, *y.type.shape), y.type.dtype) for y in body.results[ncarry:]]
+    return _mismatch("the stacked results", _types(op.results[ncarry:]), stacked)
 
 
 # Result localities before the regions are looked at (`infer-locality` then joins each result

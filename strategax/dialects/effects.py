@@ -22,10 +22,19 @@ class CollectiveEffect(jax_effects.Effect):
         return "StrategaxCollective"
 
 
+class InputEffect(jax_effects.Effect):
+    """Takes the next batch from an input iterator, or marks an `sx.range` loop: trace-time
+    only, turned into program inputs and a loop before the IR is made (`trace/outline.py`)."""
+
+    def __str__(self) -> str:
+        return "StrategaxInput"
+
+
 VARIABLE = VariableEffect()
 COLLECTIVE = CollectiveEffect()
+INPUT = InputEffect()
 
-for _type in (VariableEffect, CollectiveEffect):
+for _type in (VariableEffect, CollectiveEffect, InputEffect):
     jax_effects.control_flow_allowed_effects.add_type(_type)
     jax_effects.custom_derivatives_allowed_effects.add_type(_type)
     jax_effects.remat_allowed_effects.add_type(_type)

@@ -1,5 +1,6 @@
 """`strategy.extended`: the StrategyExtended API (reductions to destinations, updates of
-variables in cross-replica context, colocation, device attributes)."""
+variables in cross-replica context, colocation, device attributes, the seed's
+`experimental_run_steps_on_iterator`)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +12,8 @@ import jax.numpy as jnp
 from .. import _context
 from ..dialects import collectives
 from ..errors import DistributionValueError
+from ..trace import StrategyFunction
+from ..trace import range as steps_range
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed
 from . import context
 from .reduce_op import ReduceOp
@@ -20,11 +23,56 @@ def _is_device_string(destinations) -> bool:
     return isinstance(destinations, str)
 
 
+class MultiStepContext:
+    """What `experimental_run_steps_on_iterator` hands `fn` and returns (TensorFlow's
+    `MultiStepContext`): `last_step_outputs` (values of the last step, reduced when given a
+    reduce op) and `non_tensor_outputs` (Python values, set when the steps are traced)."""
+
+    def __init__(self):
+        self._last_step_outputs: dict = {}
+        self._non_tensor_outputs: dict = {}
+        self.run_op = None  # TensorFlow 1's op; the steps have run when the call returns
+
+    @property
+    def last_step_outputs(self) -> dict:
+        return self._last_step_outputs
+
+    @property
+    def non_tensor_outputs(self) -> dict:
+        return self._non_tensor_outputs
+
+    def set_last_step_output(self, name: str, output, reduce_op=None) -> None:
+        """Return `output` of the last step as `last_step_outputs[name]`, reduced across the
+        replicas with `reduce_op` (required in replica context)."""
+        if context.in_cross_replica_context():
+            self._last_step_outputs[name] = (output if reduce_op is None else
+                                             context.get_strategy().reduce(reduce_op, output, axis=None))
+            return
+        if reduce_op is None:
+            raise DistributionValueError("set_last_step_output in replica context needs a reduce_op",
+                                         "pass reduce_op=sx.ReduceOp.SUM or MEAN")
+
+        def merge_fn(strategy, value):
+            self._last_step_outputs[name] = strategy.reduce(reduce_op, value, axis=None)
+        context.get_replica_context().merge_call(merge_fn, args=(output,))
+
+    def set_non_tensor_output(self, name: str, output) -> None:
+        """Hand `output` (any Python value) back as `non_tensor_outputs[name]`."""
+        if context.in_cross_replica_context():
+            self._non_tensor_outputs[name] = output
+            return
+
+        def merge_fn(strategy, value):
+            self._non_tensor_outputs[name] = strategy.experimental_local_results(value)
+        context.get_replica_context().merge_call(merge_fn, args=(output,))
+
+
 class StrategyExtended:
     """Additional APIs for algorithms that need to be distribution-aware."""
 
     def __init__(self, strategy):
         self._strategy = strategy
+        self._run_steps: dict[tuple, tuple[StrategyFunction, MultiStepContext]] = {}
 
     @property
     def worker_devices(self) -> tuple:
@@ -43,6 +91,30 @@ class StrategyExtended:
     def call_for_each_replica(self, fn, args=(), kwargs=None):
         """Same as `strategy.run`."""
         return self._strategy.run(fn, args, kwargs)
+
+    def experimental_run_steps_on_iterator(self, fn: Callable, iterator, iterations: int = 1,
+                                           initial_loop_values=None) -> MultiStepContext:
+        """Run `fn(ctx, next(iterator))` `iterations` times in one program (one on-device loop,
+        `sx.range`); returns the MultiStepContext. When the iterator runs out, the steps that
+        have batches run. `initial_loop_values` is accepted for TensorFlow 1 code and not
+        needed: the outputs' structure comes from `fn`."""
+        key = (fn, int(iterations))
+        if key not in self._run_steps:
+            traced = MultiStepContext()  # keeps the non-tensor outputs set while tracing
+
+            def run_steps(iterator):
+                ctx = MultiStepContext()
+                for _ in steps_range(int(iterations)):
+                    fn(ctx, next(iterator))
+                traced._non_tensor_outputs = ctx.non_tensor_outputs
+                return ctx.last_step_outputs
+
+            self._run_steps[key] = (StrategyFunction(self._strategy, run_steps, "run_steps_on_iterator"), traced)
+        function, traced = self._run_steps[key]
+        result = MultiStepContext()
+        result._last_step_outputs = function(iterator)
+        result._non_tensor_outputs = dict(traced.non_tensor_outputs)
+        return result
 
     # --- reductions ------------------------------------------------------------------------
     def reduce_to(self, reduce_op, value: Any, destinations: Any, options=None):

@@ -4,13 +4,16 @@ hidden per-replica count (`padding`), and places them on the devices (`place`), 
 in a background thread (`prefetch`)."""
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
 
+from .. import _context
 from ..errors import DistributionTypeError, DistributionValueError
+from ..trace import takes
 from ..trace.distributed_values import is_distributed
 from .options import InputOptions
 from .place import place_split
@@ -56,18 +59,63 @@ def spec_of(element: Any) -> Any:
 
 
 class DistributedIterator:
-    """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work."""
+    """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work. Inside a
+    `strategy.function` that takes it as an argument, `next()` is a program input (`trace.takes`)."""
+
+    _is_distributed_iterator = True
 
     def __init__(self, strategy, produce: Callable[[], Iterator], options: InputOptions):
         self._strategy = strategy
         self._source = (Prefetcher(produce, options.experimental_per_replica_buffer_size)
                         if options.experimental_fetch_to_device else Synchronous(produce))
+        self._ahead: deque = deque()  # elements read but not yet consumed (peeked, or put back)
+        self._spec = None  # the cache key of the last element seen (see _spec_key)
 
     def __iter__(self):
+        if _context.is_tracing():
+            raise DistributionTypeError(
+                "iterating a distributed iterator inside a strategy.function would unroll every batch",
+                "take a fixed number of steps: `for _ in sx.range(n): step(next(iterator))`")
         return self
 
     def __next__(self):
-        return self._strategy._finalize_outputs(next(self._source))
+        if _context.is_tracing():
+            return takes.take(self)
+        element = self._pull()
+        if element is None:
+            raise StopIteration
+        return self._strategy._finalize_outputs(element)
+
+    # --- what compiled functions use (trace.takes): placed elements, before finalizing ----
+    def _pull(self) -> Any:
+        """The next placed element, or None at the end of the data."""
+        if self._ahead:
+            return self._ahead.popleft()
+        try:
+            return next(self._source)
+        except StopIteration:
+            return None
+
+    def _peek(self) -> Any:
+        """The next placed element without consuming it, or None at the end of the data."""
+        if not self._ahead:
+            element = self._pull()
+            if element is None:
+                return None
+            self._ahead.append(element)
+        return self._ahead[0]
+
+    def _push_back(self, element: Any) -> None:
+        """Un-take `element`: it is the next one again."""
+        self._ahead.appendleft(element)
+
+    def _spec_key(self) -> Any:
+        """What a compiled function's cache key holds for this iterator: its element spec (the
+        last one seen once the data has ended, so the call that finds no batch needs no trace)."""
+        element = self._peek()
+        if element is not None:
+            self._spec = takes.element_spec(element).key
+        return self._spec
 
     def get_next(self):
         return next(self)
@@ -76,8 +124,8 @@ class DistributedIterator:
         self._source.close()
 
     def __del__(self):
-        try:
-            self._source.close()
+        try:  # a dropped iterator stops its thread without waiting for it
+            self._source.close(timeout=0)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 

@@ -1,8 +1,11 @@
 """Prefetch to device: a background thread runs the input pipeline (read, split, place) up to
 N elements ahead of the training loop. Errors surface in the loop with their original
-traceback; breaking out of the loop or exhausting the data stops the thread."""
+traceback; breaking out of the loop, exhausting the data or `close()` stops the thread (and
+`next()` after `close()` raises StopIteration at once), and so does the end of the program (a
+thread still placing a batch while the interpreter shuts down aborts the process inside XLA)."""
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
 from typing import Callable, Iterator
@@ -10,6 +13,17 @@ from typing import Callable, Iterator
 from .split import BatchError
 
 _END = object()
+_RUNNING: set[tuple[threading.Event, threading.Thread]] = set()  # producer threads still alive
+
+
+@atexit.register
+def _stop_all(timeout: float = 2.0) -> None:
+    """At exit, stop every producer and wait (briefly) for those in the middle of a batch."""
+    running = list(_RUNNING)
+    for stop, _ in running:
+        stop.set()
+    for _, thread in running:
+        thread.join(timeout / max(len(running), 1))
 
 
 class _Failure:
@@ -36,13 +50,22 @@ def _put(q: queue.Queue, stop: threading.Event, item) -> bool:
 def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event) -> None:
     """The producer thread; it holds no reference to the Prefetcher, so dropping the iterator
     (e.g. `break` out of the loop) collects it and stops the thread."""
+    me = (stop, threading.current_thread())
+    _RUNNING.add(me)
+    items = None
     try:
-        for item in produce():
+        items = produce()
+        for item in items:
             if not _put(q, stop, item):
                 return
     except BaseException as e:  # noqa: BLE001 - handed to the consumer
         _put(q, stop, _Failure(e))
         return
+    finally:  # a stopped generator runs its cleanup (closes the user's files) now, on this thread
+        _RUNNING.discard(me)
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
     _put(q, stop, _END)
 
 
@@ -61,9 +84,16 @@ class Prefetcher:
         return self
 
     def __next__(self):
-        if self._done:
+        while True:
+            if self._done:
+                raise StopIteration
+            try:  # wake up now and then: `close()` from another thread ends a waiting next()
+                item = self._queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
+        if self._done:  # closed while the element was handed over: it is stale
             raise StopIteration
-        item = self._queue.get()
         if item is _END or isinstance(item, _Failure):
             self._done = True
             self.close()
@@ -72,14 +102,19 @@ class Prefetcher:
             _raise(item.error)
         return item
 
-    def close(self) -> None:
-        """Stop the producer thread (it exits at its next hand-over) and drop what it made."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the producer thread and drop what it made; later `next()` calls raise
+        StopIteration. Waits up to `timeout` seconds for the thread to end (it ends at its next
+        hand-over, or once the user's iterator yields, if it is busy inside it)."""
+        self._done = True
         self._stop.set()
         while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def __del__(self):
         self._stop.set()
@@ -90,15 +125,21 @@ class Synchronous:
 
     def __init__(self, produce: Callable[[], Iterator]):
         self._it = produce()
+        self._done = False
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._done:
+            raise StopIteration
         try:
             return next(self._it)
         except BatchError as e:
             _raise(e)
 
-    def close(self) -> None:
-        self._it.close()
+    def close(self, timeout: float = 0.0) -> None:
+        self._done = True
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .attributes import SymbolRef, format_attr
+from .attributes import Splat, SymbolRef, format_attr
 
 
 def _is_int(x: Any) -> bool:
@@ -23,12 +23,15 @@ _KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "symbol": (lambda x: isinstance(x, SymbolRef), "a symbol (@name)"),
     "symbols": (lambda x: isinstance(x, tuple) and all(isinstance(s, SymbolRef) for s in x),
                 "a tuple of symbols ((@a, @b))"),
-    "dense": (lambda x: isinstance(x, np.ndarray), "a dense literal"),
+    "dense": (lambda x: isinstance(x, (np.ndarray, Splat)), "a dense literal"),
     "ints": (lambda x: isinstance(x, tuple) and all(map(_is_int, x)), "a tuple of integers"),
     "strs": (lambda x: isinstance(x, list) and all(isinstance(s, str) for s in x), "a list of strings"),
     "axes": (lambda x: isinstance(x, tuple) and all(
         isinstance(d, tuple) and all(isinstance(a, str) for a in d) for d in x),
              "a tuple of tuples of axis names"),
+    "mesh": (lambda x: isinstance(x, tuple) and all(
+        isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) and _is_int(a[1]) and a[1] >= 1
+        for a in x), 'a tuple of (name, size) pairs ((("l0", 2),))'),
     "any": (lambda x: True, "any value"),
 }
 
@@ -46,7 +49,7 @@ class Attr:
         """Why `value` is not allowed for attribute `name`, or None."""
         test, what = _KINDS[self.kind]
         if self.choices:
-            if value not in self.choices or not test(value):
+            if not test(value) or value not in self.choices:
                 allowed = ", ".join(format_attr(c) for c in self.choices)
                 return f"attribute `{name}` is {format_attr(value)}; allowed values: {allowed}"
             return None

@@ -26,6 +26,54 @@ class SymbolRef:
     name: str
 
 
+class Splat:
+    """`dense<f32[1000000]: splat 0.0>`: a dense literal whose elements all equal one scalar, kept
+    as that scalar until lowered (`np.asarray(splat)` or `.materialize()` builds the array), so a
+    huge constant costs nothing to parse, print, verify or optimise."""
+
+    __slots__ = ("value", "shape")
+
+    def __init__(self, value: np.generic, shape: tuple[int, ...]):
+        self.value = value  # a NumPy scalar of the literal's dtype
+        self.shape = tuple(shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.dtype
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def materialize(self) -> np.ndarray:
+        return np.full(self.shape, self.value, dtype=self.dtype)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        array = self.materialize()
+        return array if dtype is None else array.astype(dtype)
+
+    def _key(self) -> tuple:  # by bits: splats of 0.0 and -0.0 differ, NaN equals itself
+        return (self.shape, self.dtype.str, self.value.tobytes())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Splat) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Splat({self.value!r}, {self.shape})"
+
+
+def dense_array(value: "np.ndarray | Splat") -> np.ndarray:
+    """A dense attribute value as an array (a splat materialised)."""
+    return value.materialize() if isinstance(value, Splat) else value
+
+
 # Enums and records an attribute may hold, by the name they print with.
 ENUMS: dict[str, type[enum.Enum]] = {
     c.__name__: c
@@ -63,7 +111,7 @@ def normalize(value: Any, where: str = "attribute") -> Any:
         return tuple(normalize(v, where) for v in value)
     if isinstance(value, list):
         return [normalize(v, where) for v in value]
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, Splat)):
         dtype_name(value.dtype)
         return value
     if isinstance(value, (np.dtype, type)):
@@ -105,7 +153,7 @@ def format_dense(array: np.ndarray) -> str:
     flat = array.reshape(-1)
     if flat.size > 1 and (flat == flat[0]).all() and not _has_nan(flat):
         return f"dense<{ty}: splat {_format_element(flat[0])}>"
-    kind = _kind(array.dtype)
+    kind = dtype_kind(array.dtype)
     if kind == "f":  # NumPy prints the shortest digits that read back to the same value in this dtype
         items = [_format_element(x) for x in flat]
     else:
@@ -116,21 +164,34 @@ def format_dense(array: np.ndarray) -> str:
 
 def _format_element(x) -> str:
     """One element of a dense array: floats with the shortest digits exact for their dtype."""
-    if _kind(x.dtype) != "f":
+    if dtype_kind(x.dtype) != "f":
         return _format_scalar(x.item() if hasattr(x, "item") else x)
     if x.dtype not in (np.float32, np.float64):  # bf16, f16, f8: exact as float32
         x = np.float32(x)
     return str(x)
 
 
-def _kind(dtype: np.dtype) -> str:
-    """'f' for every floating dtype (bfloat16 and float8 included), else NumPy's kind."""
-    return "f" if jnp.issubdtype(dtype, jnp.floating) else dtype.kind
+def dtype_kind(dtype: np.dtype) -> str:
+    """'f' for every floating dtype (bfloat16 and float8 included), else NumPy's kind ('b', 'i',
+    'u', 'c'; int4 and uint4 are 'i' and 'u')."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return "f"
+    if jnp.issubdtype(dtype, jnp.integer):
+        return "i" if jnp.issubdtype(dtype, jnp.signedinteger) else "u"
+    return dtype.kind
 
 
 def _has_nan(flat: np.ndarray) -> bool:
-    kind = _kind(flat.dtype)
+    kind = dtype_kind(flat.dtype)
     return kind in "fc" and bool(np.isnan(flat.astype(np.complex128 if kind == "c" else np.float64)).any())
+
+
+def int_bounds(dtype: np.dtype) -> tuple[int, int] | None:
+    """The least and greatest value of an integer dtype (int4 and uint4 included), else None."""
+    if dtype_kind(dtype) not in "iu":
+        return None
+    info = jnp.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def format_attr(value: Any) -> str:
@@ -162,6 +223,8 @@ def format_attr(value: Any) -> str:
         return "[" + ", ".join(format_attr(v) for v in value) + "]"
     if isinstance(value, np.ndarray):
         return format_dense(value)
+    if isinstance(value, Splat):
+        return f"dense<{TensorType(value.shape, value.dtype)}: splat {_format_element(value.value)}>"
     raise TypeError(f"not an attribute value: {value!r}")
 
 

@@ -78,7 +78,7 @@ VAR_ATTRS: dict[str, Attr] = {}  # the attributes of `var @x : T {...}` declarat
 MODULE_ATTRS: dict[str, Attr] = {  # the known module attributes (others are allowed)
     "num_replicas": Attr("int", required=False, minimum=1),
     "parameter_replica": Attr("int", required=False, minimum=0),  # CentralStorageStrategy's
-    "logical_axes": Attr("any", required=False),  # ((name, size), ...): TPUStrategy's logical mesh
+    "logical_axes": Attr("mesh", required=False),  # ((name, size), ...): TPUStrategy's logical mesh
 }
 
 

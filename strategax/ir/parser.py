@@ -6,8 +6,7 @@ whitelists in `attributes`; nothing is evaluated. Every problem, syntax or meani
 """
 from __future__ import annotations
 
-import bisect
-import re
+import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,8 @@ import numpy as np
 from . import attributes as A
 from .attr_spec import attrs_problem
 from .attributes import SymbolRef
-from .lexer import INT, LOCALITIES, ParseError, lex, unescape, whole_type
+from .lexer import (INT, LOCALITIES, EscapeError, ParseError, Tokens, int_problem, shape_problem,
+                    unescape, whole_type)
 from .opdefs import MODULE_ATTRS, VAR_ATTRS, lookup
 from .ops import Block, Func, Location, Module, Operation, VarDecl
 from .sharding import KINDS as SHARDING_KINDS, Sharding
@@ -29,8 +29,7 @@ MAX_DEPTH = 100
 class _Parser:
     def __init__(self, text: str, filename: str, positions: dict[int, int] | None = None):
         self.text, self.filename, self.positions = text, filename, positions
-        self.toks = lex(text, filename)
-        self.line_starts = [m.end() for m in re.finditer("\n", text)]
+        self.toks = Tokens(text, filename)
         self.types: dict[str, TensorType] = {}
         self.locs: dict[str, Location] = {}
         self.i = 0
@@ -52,34 +51,63 @@ class _Parser:
         return tok
 
     def expect(self, text: str | None = None, kind: str | None = None) -> tuple[str, str, int]:
-        if not self.peek(text, kind):
-            k, t, _ = self.toks[self.i]
-            want = repr(text) if text else kind
-            raise self.error(f"expected {want}, found {repr(t) if k != 'eof' else 'end of input'}")
-        return self.next()
+        tok = self.toks[self.i]
+        k, t, _ = tok
+        if (kind is None or k == kind) and (text is None or (t == text and k != "string")):
+            if k != "eof":
+                self.i += 1
+            return tok
+        want = repr(text) if text else kind
+        raise self.error(f"expected {want}, found {repr(t) if k != 'eof' else 'end of input'}")
 
     def accept(self, text: str) -> bool:
-        if self.peek(text):
+        k, t, _ = self.toks[self.i]
+        if t == text and k != "string":
             self.i += 1
             return True
         return False
 
-    def line_of(self, pos: int) -> int:
-        return bisect.bisect_right(self.line_starts, pos)
+    def same_line(self, a: int, b: int) -> bool:
+        return self.text.find("\n", a, b) < 0
 
     def enter(self):
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise self.error(f"nesting deeper than {MAX_DEPTH}")
 
+    def integer(self, text: str, pos: int, what: str = "", minimum: int | None = None) -> int:
+        """The integer literal `text` at `pos`: a ParseError unless it fits 64 bits (and `minimum`)."""
+        if not INT.match(text):
+            raise self.error(f"{what} must be an integer, not {text}", pos)
+        problem = int_problem(text)
+        if problem:
+            raise self.error(problem, pos)
+        value = int(text)
+        if minimum is not None and value < minimum:
+            raise self.error(f"{what} must be >= {minimum}, not {text}", pos)
+        return value
+
+    def string(self, text: str, pos: int) -> str:
+        """The string literal `text` at `pos`, escapes resolved (a bad one is a ParseError)."""
+        try:
+            return unescape(text)
+        except EscapeError as e:
+            raise self.error(str(e), pos + e.offset) from None
+
+    def sized(self, ty: TensorType, pos: int) -> TensorType:
+        problem = shape_problem(ty.shape, ty.dtype)
+        if problem:
+            raise self.error(problem, pos)
+        return ty
+
     # --- types and attributes --------------------------------------------------------------
     def parse_type(self) -> TensorType:
-        kind, text, _ = self.toks[self.i]
+        kind, text, pos = self.toks[self.i]
         if kind == "type":  # the common case, lexed whole: `f32[2,3] per_replica`
             self.i += 1
             ty = self.types.get(text)
             if ty is None:
-                ty = self.types[text] = whole_type(text)
+                ty = self.types[text] = self.sized(whole_type(text), pos)
             return self.parse_type_suffix(ty)
         _, name, pos = self.expect(kind="ident")
         if name not in DTYPES:
@@ -87,14 +115,13 @@ class _Parser:
         self.expect("[")
         dims = []
         while not self.peek("]"):
+            self.toks.release(self.i)
             _, d, dpos = self.expect(kind="number")
-            if not INT.match(d) or int(d) < 0:
-                raise self.error(f"dimension must be a non-negative integer, not {d}", dpos)
-            dims.append(int(d))
+            dims.append(self.integer(d, dpos, "a dimension", minimum=0))
             if not self.accept(","):
                 break
         self.expect("]")
-        return self.parse_type_suffix(TensorType(tuple(dims), DTYPES[name]))
+        return self.parse_type_suffix(self.sized(TensorType(tuple(dims), DTYPES[name]), pos))
 
     def parse_type_suffix(self, ty: TensorType) -> TensorType:
         """The optional locality (unless the type token held it) and sharding after a type."""
@@ -117,15 +144,16 @@ class _Parser:
         self.expect("[")
         if kind == "device":
             _, d, pos = self.expect(kind="number")
-            if not INT.match(d) or int(d) < 0:
-                raise self.error(f"logical device must be a non-negative integer, not {d}", pos)
+            device = self.integer(d, pos, "a logical device", minimum=0)
             self.expect("]")
-            return Sharding("device", device=int(d))
+            return Sharding("device", device=device)
         dims = []
         while not self.peek("]"):
+            self.toks.release(self.i)
             self.expect("{")
             axes = []
             while not self.peek("}"):
+                self.toks.release(self.i)
                 axes.append(self.expect(kind="ident")[1])
                 if not self.accept(","):
                     break
@@ -141,6 +169,7 @@ class _Parser:
         self.expect("{")
         attrs: dict[str, Any] = {}
         while not self.peek("}"):
+            self.toks.release(self.i)
             _, key, pos = self.expect(kind="ident")
             if key in attrs:
                 raise self.error(f"attribute {key!r} given twice", pos)
@@ -153,51 +182,81 @@ class _Parser:
         self.expect("}")
         return attrs
 
-    def parse_scalar(self, dtype: np.dtype) -> Any:
-        if self.peek("("):  # complex: (re, im)
+    def parse_scalar(self, kind: str) -> Any:
+        """One element of a dense literal of dtype kind `kind` ("b", "i", "u", "f" or "c"): true
+        or false for booleans, an integer for integer dtypes, a number for floating ones, and a
+        number or `(re, im)` for complex ones; nothing is rounded or truncated silently."""
+        pos = self.toks[self.i][2]
+        if kind == "c" and self.peek("("):
             self.next()
-            re_ = self.parse_attr()
+            re_, im = self.parse_scalar("f"), None
             self.expect(",")
-            im = self.parse_attr()
+            im = self.parse_scalar("f")
             self.expect(")")
             return complex(re_, im)
-        pos = self.toks[self.i][2]
         v = self.parse_attr()
-        if isinstance(v, bool) or isinstance(v, (int, float)):
-            return v
-        raise self.error("expected a number or a boolean", pos)
+        if kind == "b":
+            ok = isinstance(v, bool)
+        elif kind in "iu":
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        else:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if not ok:
+            want = {"b": "true or false", "i": "an integer", "u": "an integer", "f": "a number",
+                    "c": "a number or (re, im)"}[kind]
+            raise self.error(f"expected {want}, not {A.format_attr(v) if v is not None else 'none'}", pos)
+        return v
 
-    def parse_dense(self) -> np.ndarray:
+    def parse_dense(self) -> np.ndarray | A.Splat:
+        """`dense<T: v, ...>` (an array) or `dense<T: splat v>` (a Splat, however large T is)."""
         self.expect("<")
         tpos = self.toks[self.i][2]
         ty = self.parse_type()
         if ty.locality is not None or ty.sharding is not None:
             raise self.error("a dense literal's type has no locality or sharding", tpos)
         self.expect(":")
-        size = int(np.prod(ty.shape, dtype=np.int64))
+        kind = A.dtype_kind(ty.dtype)
         if self.accept("splat"):
-            items = [self.parse_scalar(ty.dtype)] * size
-        else:
-            items = []
-            while not self.peek(">"):
-                items.append(self.parse_scalar(ty.dtype))
-                if not self.accept(","):
-                    break
+            pos = self.toks[self.i][2]
+            value = self.fit([self.parse_scalar(kind)], ty, pos)[0]
+            self.expect(">")
+            return A.Splat(value, ty.shape)
+        size = math.prod(ty.shape)
+        items = []
+        while not self.peek(">"):
+            self.toks.release(self.i)
+            if len(items) == size:
+                raise self.error(f"dense literal of type {ty} needs {size} values, has more")
+            items.append(self.parse_scalar(kind))
+            if not self.accept(","):
+                break
         end = self.toks[self.i][2]
         self.expect(">")
         if len(items) != size:
             raise self.error(f"dense literal of type {ty} needs {size} values, has {len(items)}", tpos)
-        try:
-            return np.array(items, dtype=ty.dtype).reshape(ty.shape)
-        except (OverflowError, ValueError, TypeError) as e:
-            raise self.error(f"values do not fit {ty}: {e}", end) from None
+        return self.fit(items, ty, end).reshape(ty.shape)
+
+    def fit(self, items: list, ty: TensorType, pos: int) -> np.ndarray:
+        """`items` as a 1-D array of `ty`'s dtype; a ParseError at `pos` when an integer does not
+        fit (floats round to the dtype, as in any literal)."""
+        bounds = A.int_bounds(ty.dtype)
+        if bounds is not None and items and not bounds[0] <= min(items) <= max(items) <= bounds[1]:
+            lo, hi = bounds
+            for k, x in enumerate(items):
+                if not lo <= x <= hi:
+                    which = f"element {k}" if len(items) > 1 else "the value"
+                    raise self.error(f"{which} of the dense literal, {x}, does not fit "
+                                     f"{A.dtype_name(ty.dtype)} ({lo}..{hi})", pos)
+        return np.array(items, dtype=ty.dtype)
 
     def parse_attr(self) -> Any:
         kind, text, pos = self.next()
         if kind == "number":
-            return int(text) if INT.match(text) else float(text)
+            if INT.match(text):  # up to 18 characters always fit 64 bits
+                return int(text) if len(text) <= 18 else self.integer(text, pos)
+            return float(text)
         if kind == "string":
-            return unescape(text)
+            return self.string(text, pos)
         if kind == "symbol":
             return SymbolRef(text[1:])
         if kind == "ident":
@@ -219,6 +278,7 @@ class _Parser:
             close = ")" if text == "(" else "]"
             items, trailing = [], False
             while not self.peek(close):
+                self.toks.release(self.i)
                 items.append(self.parse_attr())
                 trailing = self.accept(",")
                 if not trailing:
@@ -265,6 +325,7 @@ class _Parser:
         ops = []
         toks = self.toks
         while True:
+            toks.release(self.i)
             kind, text, _ = toks[self.i]
             if text == terminator and kind == "ident":
                 break
@@ -273,9 +334,10 @@ class _Parser:
             ops.append(self.parse_op(scope))
         _, _, tpos = self.next()
         results = []
-        if self.peek(kind="value") and self.line_of(self.toks[self.i][2]) == self.line_of(tpos):
+        if self.peek(kind="value") and self.same_line(tpos, self.toks[self.i][2]):
             results.append(self.use(scope))
             while self.accept(","):
+                self.toks.release(self.i)
                 results.append(self.use(scope))
         return ops, results
 
@@ -293,6 +355,7 @@ class _Parser:
     def parse_args(self, scope) -> list[Value]:
         args = []
         while not self.peek(")"):
+            self.toks.release(self.i)
             tok = self.expect(kind="value")
             self.expect(":")
             args.append(self.define(scope, tok, self.parse_type()))
@@ -313,7 +376,8 @@ class _Parser:
                     self.i = i + 1
                     self.expect(kind="value")
                 result_toks.append(toks[i + 1])
-                i += 2
+                self.i = i = i + 2
+                toks.release(i)
             self.i = i
             self.expect("=")
             i = self.i
@@ -336,7 +400,8 @@ class _Parser:
                 if v is None:
                     raise self.error(f"use of undefined value {text}", pos)
                 operands.append(v)
-                i += 1
+                self.i = i = i + 1
+                toks.release(i)
                 if toks[i][1] != "," or toks[i][0] != "punct":
                     break
                 i += 1
@@ -358,26 +423,28 @@ class _Parser:
             self.expect(":")
             types.append(self.parse_type())
             for _ in result_toks[1:]:
+                self.toks.release(self.i)
                 self.expect(",")
                 types.append(self.parse_type())
         loc = None
-        kind, text, _ = self.toks[self.i]
+        kind, text, lpos = self.toks[self.i]
         if kind == "loc":  # the common case, lexed whole: `loc("train.py":18)`
             self.i += 1
             loc = self.locs.get(text)
             if loc is None:
                 file, _, ln = text[4:-1].rpartition(":")
-                loc = self.locs[text] = Location(unescape(file), int(ln))
+                line = self.integer(ln, lpos + 4 + len(file) + 1, "a location's line")
+                loc = self.locs[text] = Location(self.string(file, lpos + 4), line)
         elif text == "loc" and kind == "ident" and self.toks[self.i + 1][1] == "(":
             self.next()
             self.next()
-            file = unescape(self.expect(kind="string")[1])
+            _, file, fpos = self.expect(kind="string")
+            file = self.string(file, fpos)
             self.expect(":")
             _, ln, lpos = self.expect(kind="number")
-            if not INT.match(ln):
-                raise self.error("a location's line is an integer", lpos)
+            line = self.integer(ln, lpos, "a location's line")
             self.expect(")")
-            loc = Location(file, int(ln))
+            loc = Location(file, line)
         results = [self.define(scope, t, ty) for t, ty in zip(result_toks, types)]
         op = Operation(name, operands, results, attrs, regions, loc)
         if self.positions is not None:
@@ -405,6 +472,7 @@ class _Parser:
         self.expect("(")
         rtypes = []
         while not self.peek(")"):
+            self.toks.release(self.i)
             rtypes.append(self.parse_type())
             if not self.accept(","):
                 break

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import Block, Module, Operation, Value
+from ..ir import Block, Module, Operation, Splat, Value
 from .rewrite import all_blocks, replace_uses
 
 # op -> (splat constant that makes it an identity, which operand positions it may sit in)
@@ -20,7 +20,14 @@ _IDENTITIES = {"jax.copy", "jax.copy_p", "jax.optimization_barrier", "jax.conver
 _CANDIDATES = _IDENTITIES | set(_NEUTRAL)
 
 
-def _identity_of(op: Operation, constants: dict[int, np.ndarray]) -> Value | None:
+def _all_equal(c: np.ndarray | Splat, x) -> bool:
+    """Whether the constant `c` has elements and all equal `x` (a splat is read, not built)."""
+    if isinstance(c, Splat):
+        return c.size > 0 and bool(c.value == x)
+    return c.size > 0 and bool((c == x).all())
+
+
+def _identity_of(op: Operation, constants: dict[int, np.ndarray | Splat]) -> Value | None:
     """The value `op`'s result equals, when op is an identity; else None."""
     if len(op.results) != 1 or op.regions:
         return None
@@ -33,7 +40,7 @@ def _identity_of(op: Operation, constants: dict[int, np.ndarray]) -> Value | Non
         for k in positions:
             c = constants.get(id(op.operands[k]))
             other = op.operands[1 - k]
-            if c is not None and other.type.same_tensor(out) and c.size and bool((c == neutral).all()):
+            if c is not None and other.type.same_tensor(out) and _all_equal(c, neutral):
                 return other
         return None
     if len(op.operands) != 1 or not op.operands[0].type.same_tensor(out):
@@ -54,7 +61,7 @@ def _identity_of(op: Operation, constants: dict[int, np.ndarray]) -> Value | Non
 
 
 def canonicalize_block(block: Block) -> None:
-    constants: dict[int, np.ndarray] = {}
+    constants: dict[int, np.ndarray | Splat] = {}
     producer: dict[int, Operation] = {}
     mapping: dict[int, Value] = {}
     kept = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..dialects.variables import UPDATES
-from ..errors import DistributionRuntimeError, DistributionValueError
+from ..errors import DistributionRuntimeError, DistributionValueError, StrategaxError
 from ..ir import Block, Locality, Module, Operation, is_collective
 
 _AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
@@ -85,7 +85,11 @@ def _check_op(op: Operation, decls: dict, divergent: str | None) -> None:
 
 def check_block(block: Block, decls: dict, divergent: str | None = None) -> None:
     for op in block.ops:
-        _check_op(op, decls, divergent)
+        try:
+            _check_op(op, decls, divergent)
+        except StrategaxError as e:
+            e.op = op  # tools that read IR text point at the op's line (strategax-opt)
+            raise
         inner = divergent or _divergent(op)
         for region in op.regions:
             check_block(region, decls, inner)

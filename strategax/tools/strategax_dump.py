@@ -7,6 +7,7 @@ import argparse
 import os
 import runpy
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -20,7 +21,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # a folder we can write to, or stop before running the script
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        print(f"strategax-dump: error: --out {args.out} is not a folder strategax-dump can write "
+              f"to ({e.strerror or e})", file=sys.stderr)
+        return 1
     os.environ[ENV] = str(out)
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, str(Path(args.script).resolve().parent))

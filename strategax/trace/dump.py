@@ -4,6 +4,8 @@ Per compiled function, a folder `DIR/NNN_name/` with the traced IR, the IR after
 the lowered StableHLO, the compiled HLO, `summary.txt` (each collective with its bytes, reason
 and user line; bytes moved per replica per step; compile time per phase) and the dataflow
 graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
+The dump is a side output: when it cannot be written (the path is a file, the folder is
+read-only, the disk is full) one warning says so and the program runs on without it.
 """
 from __future__ import annotations
 
@@ -13,15 +15,18 @@ import re
 import shutil
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 from .. import ir
+from ..errors import user_location
 from ..ir.analysis import collective_stats
 from .graph import module_graph, to_dot
 
 ENV = "STRATEGAX_DUMP_TO"
 SVG_OP_LIMIT = 2000  # larger graphs are written as DOT only
 _counter = itertools.count()
+_UNWRITABLE: set[Path] = set()  # dump folders that failed once: warned about, not tried again
 
 
 def dump_dir() -> Path | None:
@@ -31,16 +36,27 @@ def dump_dir() -> Path | None:
 
 
 def compile_dumped(function, sig, compile_fn):
-    """Compile `sig` with `compile_fn(snapshots, timings)` and write the dump beside it."""
+    """Compile `sig` with `compile_fn(snapshots, timings)` and write the dump beside it; a dump
+    that cannot be written warns once and never fails the compilation."""
     root = dump_dir()
+    if root in _UNWRITABLE:
+        return compile_fn(None, None)
     snapshots: dict[str, str] = {}
     timings: dict[str, float] = {}
     start = time.perf_counter()
     compiled = compile_fn(snapshots, timings)
     traced = time.perf_counter() - start
     folder = root / f"{next(_counter):03d}_{function._name}"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_dump(folder, compiled, sig, snapshots, timings, traced)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_dump(folder, compiled, sig, snapshots, timings, traced)
+    except OSError as e:
+        _UNWRITABLE.add(root)
+        file, line = user_location()
+        warnings.warn_explicit(
+            f"{ENV}={root}: the dump cannot be written ({e}); the program runs without it and "
+            f"nothing more is dumped there. fix: point {ENV} at a writable folder with free space",
+            RuntimeWarning, file, line)
     return compiled
 
 
@@ -66,8 +82,11 @@ def write_dump(folder: Path, compiled, sig, snapshots: dict[str, str], timings: 
     dot = folder / "graph.dot"
     dot.write_text(to_dot(graph, compiled.module.name))
     if shutil.which("dot") and graph.number_of_nodes() <= SVG_OP_LIMIT:
-        subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(folder / "graph.svg")], check=False,
-                       capture_output=True, timeout=60)
+        try:  # the SVG is a convenience: a failing or hanging Graphviz leaves the DOT alone
+            subprocess.run(["dot", "-Tsvg", str(dot), "-o", str(folder / "graph.svg")], check=False,
+                           capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            pass
 
 
 def summary(module, stats, phases: dict[str, float]) -> str:

@@ -18,8 +18,10 @@ from ..passes import default_pipeline
 from . import dump
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
+from .outline import rewrite
 from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
                         leaf_type, signature)
+from .takes import TraceInputs
 from .var_session import VarSession
 
 log = logging.getLogger("strategax")
@@ -29,12 +31,13 @@ class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
-                 out_plan: list, strategy, variables: list = ()):
+                 out_plan: list, strategy, variables: list = (), inputs=None):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
+        self.inputs = inputs  # takes.InputPlan: batches from iterator arguments, after the others
         # each variable's buffer is an extra (donated) input and output, after the others
         self.var_slots = [(v._store, lay) for v, lay in
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
@@ -56,8 +59,16 @@ class _Compiled:
                 out.append(array)
             else:
                 out.append(x._values[0])
+        if self.inputs is not None:
+            out.extend(self.take_inputs(sig))
         out.extend(store.argument(layout) for store, layout in self.var_slots)
         return out
+
+    def take_inputs(self, sig: Signature) -> list:
+        """The batches this call takes from its iterator arguments, taken once per call."""
+        if sig.inputs is None:
+            sig.inputs = self.inputs.pull(sig.leaves, self.in_layouts[len(self.dynamic):])
+        return sig.inputs
 
     def __call__(self, sig: Signature):
         outs = self.strategy._execute(self.executable, self.global_args(sig))
@@ -103,6 +114,8 @@ class StrategyFunction:
         compiled = self._cache.get(sig.key)
         if compiled is None:
             compiled = self._compile(sig)
+        if compiled.inputs is not None:  # next(iterator) inside: take the batches now
+            compiled.take_inputs(sig)
         return compiled(sig)
 
     # --- tracing and compiling ------------------------------------------------------------
@@ -112,6 +125,7 @@ class StrategyFunction:
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
         out_info = {}
         session = VarSession(strategy)
+        inputs = TraceInputs(strategy, sig.leaves)
 
         def flat_fn(*values):
             leaves = list(sig.leaves)
@@ -121,7 +135,7 @@ class StrategyFunction:
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
-            with _context.tracing(strategy, session, (count, rows)):
+            with _context.tracing(strategy, session, (count, rows), inputs):
                 result = self._fn(*args, **kwargs)
             out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
@@ -150,7 +164,8 @@ class StrategyFunction:
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
         closed = jax.make_jaxpr(flat_fn)(*structs)
-        func = import_jaxpr(closed, types, "main")
+        closed, input_types, out_info["inputs"] = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+        func = import_jaxpr(closed, types + input_types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
         module = Module(self._name, attrs, funcs=[func])
         out_info["variables"] = session.variables_of(module)
@@ -158,7 +173,7 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
-        return module, out_info["treedef"], out_info["plan"], out_info["variables"]
+        return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
 
     def _compile(self, sig: Signature) -> _Compiled:
         if self._cache:
@@ -171,9 +186,9 @@ class StrategyFunction:
         return compiled
 
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
-        module, out_treedef, plan, variables = self._trace(sig, snapshots, timings)
+        module, out_treedef, plan, variables, inputs = self._trace(sig, snapshots, timings)
         executable = Executable(module, self._strategy._mesh)
-        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables)
+        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables, inputs)
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, Signature]:
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
@@ -193,6 +208,8 @@ class StrategyFunction:
 
     def lowered(self, *args, **kwargs):
         compiled, sig = self._specialization(args, kwargs)
+        if compiled.inputs is not None:  # stand-ins: lowering takes no batch from the iterators
+            sig.inputs = compiled.inputs.abstract(compiled.in_layouts[len(compiled.dynamic):])
         return compiled.executable.lower(*compiled.global_args(sig))
 
     def stablehlo(self, *args, **kwargs) -> str:

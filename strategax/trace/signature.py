@@ -30,6 +30,7 @@ class Signature:
     kinds: list[str]
     leaves: list[Any]
     batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
+    inputs: list | None = None  # the batches this call took from its iterator arguments (trace.takes)
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -88,6 +89,9 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
         elif getattr(x, "_is_variable", False):  # state, passed by reference: part of the key
             kind = STATIC
             key.append((kind, type(x), x))
+        elif getattr(x, "_is_distributed_iterator", False):  # input: keyed by its element spec
+            kind = STATIC
+            key.append(("I", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
                 return signature(*_expand((args, kwargs)), num_replicas, num_local)

@@ -2,8 +2,9 @@
 (launched by tests/test_preemption.py), one process or one worker of a multi-worker job.
 
 Usage: preempt_worker.py STEPS CKPT_DIR PAUSE. The handler restores the latest checkpoint in
-CKPT_DIR; each step goes through `handler.run`, so a SIGTERM makes every worker save at the
-same step boundary and exit with code 42. Prints "start N" (the restored run count), "step N"
+CKPT_DIR (through an async CheckpointManager, which also saves every 5 steps, the last one
+still being written when the program ends); each step goes through `handler.run`, so a
+SIGTERM makes every worker save at the same step boundary and exit with code 42. Prints "start N" (the restored run count), "step N"
 after each step (then sleeps PAUSE seconds, room for the notice to arrive mid-run: JAX notices
 a SIGTERM within ~0.2 s) and, at the end, one JSON line with the parameters.
 """
@@ -22,7 +23,8 @@ from mlp import data, make_variable_training  # noqa: E402
 
 variables, optimizer, train_step, seen = make_variable_training(strategy)
 checkpoint = sx.Checkpoint(params=variables, optimizer=optimizer, seen=seen)
-handler = sx.PreemptionCheckpointHandler(strategy.cluster_resolver, checkpoint, ckpt_dir)
+manager = sx.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=2, async_save=True)
+handler = sx.PreemptionCheckpointHandler(strategy.cluster_resolver, manager)
 start = handler.total_run_calls
 print(f"start {start}", flush=True)
 restored_seen = [float(np.asarray(c)) for c in seen.values]  # this worker's copies
@@ -32,6 +34,8 @@ with handler.watch_preemption_scope():
     while handler.total_run_calls < steps:
         handler.run(train_step, *next(batches))
         print(f"step {handler.total_run_calls}", flush=True)
+        if handler.total_run_calls % 5 == 0:
+            manager.save()  # the regular checkpoints, written while training goes on
         time.sleep(pause)
 print(json.dumps({"start": start, "restored_seen": restored_seen, "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
       flush=True)

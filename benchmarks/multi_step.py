@@ -1,0 +1,157 @@
+"""Many steps per call: 20 steps of a small MLP (16-32-4, global batch 64, 8 simulated CPU
+devices, SGD on MEAN all-reduced gradients) as ONE strategax program (`for _ in
+sx.range(20): strategy.run(step, args=(next(iterator),))`) against 20 one-step strategax
+calls (`step(next(iterator))`), and against the same 20 steps hand-written in JAX (one
+`jax.jit(shard_map(lax.scan))` over pre-stacked batches, the gradients all-reduced as one
+flat vector as strategax's fuse-collectives does). Both strategax sides read the same
+kind of iterator, its prefetch buffer filled before the clock starts. Checks that both end
+with the same weights, then prints median times and ratios.
+
+Run: python benchmarks/multi_step.py [--rounds R] [--steps N]
+"""
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import jax.flatten_util  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import strategax as sx  # noqa: E402
+
+LR, GLOBAL_BATCH, SIZES = 0.05, 64, (16, 32, 4)
+
+
+def loss_fn(params, x, y):
+    h = jax.nn.relu(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"] + params["b2"]
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def init_params() -> dict:
+    k1, k2 = jax.random.split(jax.random.key(0))
+    d_in, d_h, d_out = SIZES
+    return {"w1": np.asarray(jax.random.normal(k1, (d_in, d_h)) * 0.1), "b1": np.zeros(d_h, np.float32),
+            "w2": np.asarray(jax.random.normal(k2, (d_h, d_out)) * 0.1), "b2": np.zeros(d_out, np.float32)}
+
+
+def strategax_model(strategy, steps: int):
+    """Variables, the one-step function and the `steps`-step function."""
+    with strategy.scope():
+        params = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
+
+    def replica_step(batch):
+        values = {k: v.read_value() for k, v in params.items()}
+        loss, grads = jax.value_and_grad(loss_fn)(values, *batch)
+        grads = sx.get_replica_context().all_reduce(sx.ReduceOp.MEAN, grads)
+        for k, v in params.items():
+            v.assign_sub(LR * grads[k])
+        return loss
+
+    @strategy.function
+    def one_step(batch):
+        return strategy.reduce(sx.ReduceOp.MEAN, strategy.run(replica_step, args=(batch,)))
+
+    @strategy.function
+    def many_steps(iterator):
+        for _ in sx.range(steps):
+            loss = strategy.run(replica_step, args=(next(iterator),))
+        return strategy.reduce(sx.ReduceOp.MEAN, loss)
+
+    return params, one_step, many_steps
+
+
+def jax_scan(mesh, steps: int):
+    """The same `steps` steps hand-written: jit(shard_map(scan)) over stacked batches."""
+    def run(params, xs, ys):
+        def body(p, xy):
+            loss, grads = jax.value_and_grad(loss_fn)(p, *xy)
+            flat, unravel = jax.flatten_util.ravel_pytree(grads)
+            grads = unravel(lax.pmean(flat, "r"))
+            return jax.tree.map(lambda a, g: a - LR * g, p, grads), lax.pmean(loss, "r")
+        params, losses = lax.scan(body, params, (xs, ys))
+        return params, losses[-1]
+    mapped = jax.shard_map(run, mesh=mesh, in_specs=(P(), P(None, "r"), P(None, "r")),
+                           out_specs=(P(), P()), check_vma=False)
+    return jax.jit(mapped, donate_argnums=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20, help="steps per program / per round")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    n = args.steps
+
+    devices = jax.devices()[:8]
+    strategy, mesh = sx.MirroredStrategy(devices), Mesh(np.array(devices), ("r",))
+    rng = np.random.default_rng(0)
+    host = [(rng.normal(size=(GLOBAL_BATCH, SIZES[0])).astype(np.float32),
+             rng.integers(0, SIZES[2], size=(GLOBAL_BATCH,)).astype(np.int32)) for _ in range(n)]
+    options = sx.InputOptions(experimental_per_replica_buffer_size=n)
+
+    def filled_iterator():
+        """A fresh iterator over the n batches with all of them prefetched."""
+        iterator = iter(strategy.experimental_distribute_dataset(host, options))
+        iterator._peek()
+        while iterator._source._queue.qsize() < n - 1:
+            time.sleep(0.001)
+        return iterator
+
+    loop_params, _, many_steps = strategax_model(strategy, n)
+    call_params, one_step, _ = strategax_model(strategy, n)
+
+    def run_loop():
+        return many_steps(filled_iterator_for["loop"])
+
+    def run_calls():
+        iterator = filled_iterator_for["calls"]
+        for _ in range(n):
+            loss = one_step(next(iterator))
+        return loss
+
+    # Same weights: one round of each from the same start.
+    filled_iterator_for = {"loop": filled_iterator(), "calls": filled_iterator()}
+    jax.block_until_ready(run_loop()), jax.block_until_ready(run_calls())
+    for k in loop_params:
+        np.testing.assert_allclose(loop_params[k].numpy(), call_params[k].numpy(), rtol=2e-5, atol=1e-6)
+    print(f"same weights after {n} steps: max |difference| "
+          f"{max(float(np.abs(loop_params[k].numpy() - call_params[k].numpy()).max()) for k in loop_params):.2e}")
+
+    scan = jax_scan(mesh, n)
+    stacked = NamedSharding(mesh, P(None, "r"))
+    xs = jax.device_put(np.stack([x for x, _ in host]), stacked)
+    ys = jax.device_put(np.stack([y for _, y in host]), stacked)
+    jax_params = {"p": jax.device_put(init_params(), NamedSharding(mesh, P()))}
+
+    def run_scan():
+        jax_params["p"], loss = scan(jax_params["p"], xs, ys)
+        return loss
+
+    jax.block_until_ready(run_scan())
+    t_loop, t_calls, t_scan = [], [], []
+    for _ in range(args.rounds):
+        for name, fn, out in (("loop", run_loop, t_loop), ("calls", run_calls, t_calls), (None, run_scan, t_scan)):
+            if name is not None:
+                filled_iterator_for[name] = filled_iterator()
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            out.append(time.perf_counter() - start)
+    ratio = statistics.median(a / b for a, b in zip(t_loop, t_calls))
+    vs_jax = statistics.median(a / b for a, b in zip(t_loop, t_scan))
+    ms = lambda ts: statistics.median(ts) * 1e3  # noqa: E731
+    print(f"{n} steps   one program {ms(t_loop):7.3f} ms   {n} one-step calls {ms(t_calls):7.3f} ms   "
+          f"median ratio {ratio:.3f}  (target <= 0.6)")
+    print(f"{n} steps   one program {ms(t_loop):7.3f} ms   hand-written jit(shard_map(scan)) "
+          f"{ms(t_scan):7.3f} ms   median ratio {vs_jax:.3f}")
+
+
+if __name__ == "__main__":
+    main()
