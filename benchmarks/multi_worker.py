@@ -1,11 +1,11 @@
 """Step time of the data-parallel MLP (256-512-10, global batch 1024, SGD, MEAN all_reduce)
-on 2 worker processes x 4 simulated CPU devices (MultiWorkerMirroredStrategy over
-jax.distributed + gloo on loopback) against 1 process x 8 devices (MirroredStrategy), each
-next to the same step hand-written with `jax.shard_map` + `lax.pmean` in the same
-process(es). Every step waits for its result (the multi-worker runtime bounds each step).
-Prints median step times, ratios, and the bytes each worker sends per step.
+on W worker processes x D simulated CPU devices (MultiWorkerMirroredStrategy over
+jax.distributed + gloo on loopback; 2 x 4 and 4 x 2 by default) against 1 process x 8 devices
+(MirroredStrategy), each next to the same step hand-written with `jax.shard_map` + `lax.pmean`
+in the same process(es). Every step waits for its result (the multi-worker runtime bounds each
+step). Prints median step times, ratios, and the bytes each worker sends per step.
 
-Run: PYTHONPATH=. python benchmarks/multi_worker.py [--steps N] [--rounds R]
+Run: PYTHONPATH=. python benchmarks/multi_worker.py [--steps N] [--rounds R] [--layouts 2x4,4x2]
 """
 import os
 import sys
@@ -141,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10, help="steps per timing round")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--layouts", default="2x4,4x2", help="WORKERSxDEVICES,... (8 devices in all)")
     args = parser.parse_args()
     if WORKER:
         tx0 = loopback_tx_bytes()
@@ -150,21 +151,23 @@ def main() -> None:
         print(json.dumps(result), flush=True)
         return
     one = measure(sx.MirroredStrategy(jax.devices()[:8]), args.steps, args.rounds)
-    two = run_workers(2, 4, args)
-    w = two[0]
     print(f"1 process x 8 devices   strategax {one['sx'] * 1e3:8.2f} ms  hand-written {one['jax'] * 1e3:8.2f} ms  "
           f"ratio {one['ratio']:.3f}")
-    print(f"2 processes x 4 devices strategax {w['sx'] * 1e3:8.2f} ms  hand-written {w['jax'] * 1e3:8.2f} ms  "
-          f"ratio {w['ratio']:.3f}   (worker 1: {two[1]['sx'] * 1e3:.2f} / {two[1]['jax'] * 1e3:.2f} ms)")
-    print(f"multi-process / single-process step time: strategax {w['sx'] / one['sx']:.2f}x, "
-          f"hand-written {w['jax'] / one['jax']:.2f}x")
-    print(f"collectives per step {w['collectives']}; bytes sent per replica per step (ring model) "
-          f"{w['bytes_per_replica']}; per worker ({w['local_replicas']} replicas, each a gloo rank) "
-          f"{w['bytes_per_worker']}")
-    per_step = sum(r["loopback_tx"] for r in two) / 2 / w["timed_steps"]
-    print(f"loopback bytes per worker per step, measured (/proc/net/dev, whole machine, both programs): "
-          f"{per_step:.0f}")
-
+    for layout in args.layouts.split(","):
+        workers, devices = (int(v) for v in layout.split("x"))
+        results = run_workers(workers, devices, args)
+        w = results[0]
+        print(f"{workers} processes x {devices} devices strategax {w['sx'] * 1e3:8.2f} ms  hand-written "
+              f"{w['jax'] * 1e3:8.2f} ms  ratio {w['ratio']:.3f}   (workers 1..: "
+              + ", ".join(f"{r['sx'] * 1e3:.2f} / {r['jax'] * 1e3:.2f} ms" for r in results[1:]) + ")")
+        print(f"  multi-process / single-process step time: strategax {w['sx'] / one['sx']:.2f}x, "
+              f"hand-written {w['jax'] / one['jax']:.2f}x")
+        print(f"  collectives per step {w['collectives']}; bytes sent per replica per step (ring model) "
+              f"{w['bytes_per_replica']}; per worker ({w['local_replicas']} replicas, each a gloo rank) "
+              f"{w['bytes_per_worker']}")
+        per_step = sum(r["loopback_tx"] for r in results) / workers / w["timed_steps"]
+        print(f"  loopback bytes per worker per step, measured (/proc/net/dev, whole machine, both programs): "
+              f"{per_step:.0f}")
 
 if __name__ == "__main__":
     main()

@@ -34,10 +34,10 @@ class Peers:
     def me(self) -> str:
         return f"strategax: worker {self.index} of {len(self.addresses)}"
 
-    def probe_all(self, peers=None) -> dict[int, str]:
+    def probe_all(self) -> dict[int, str]:
         """"alive" / "dead" / "unresponsive" per peer (the coordinator by connection only:
         its port is JAX's coordination service)."""
-        return {i: probe(self.addresses[i], ping=i > 0) for i in (self.others if peers is None else peers)}
+        return {i: probe(self.addresses[i], ping=i > 0) for i in self.others}
 
     def find_lost(self, attempts: int = 8, pause: float = 0.25) -> tuple[list[int], list[int]]:
         """(dead, unresponsive) peers; retried briefly while a dying peer's sockets close."""

@@ -49,30 +49,13 @@ class WorkerRuntime:
         atexit.register(self._exit_if_failed)  # runs before jax.distributed's shutdown barrier
         threading.Thread(target=self._watch, name="strategax-watchdog", daemon=True).start()
 
-    @property
-    def addresses(self) -> list[str]:
-        return list(self.peers.addresses)
-
-    @property
-    def index(self) -> int:
-        return self.peers.index
-
-    def describe(self, i: int) -> str:
-        return self.peers.describe(i)
-
-    def find_lost(self, attempts: int = 8) -> tuple[list[int], list[int]]:
-        return self.peers.find_lost(attempts)
-
-    def _lost_message(self, what: str) -> tuple[str, list[int]]:
-        dead, slow = self.find_lost()
-        return self.peers.lost_message(what, dead, slow), dead + slow
-
     def lost_worker_error(self, what: str) -> WorkerLostError | None:
         """After `what` failed: a WorkerLostError naming the lost peers (also printed, and this
         process will exit non-zero), or None when every peer answers."""
-        message, lost = self._lost_message(what)
-        if not lost:
+        dead, slow = self.peers.find_lost()
+        if not dead and not slow:
             return None
+        message, lost = self.peers.lost_message(what, dead, slow), dead + slow
         self._failed = True
         print(message, file=sys.stderr, flush=True)
         return WorkerLostError(message, lost)
@@ -125,10 +108,10 @@ class WorkerRuntime:
     def _die(self, what: str, dead=None) -> None:
         """Name the lost peers and exit: the step is stuck inside XLA, nothing here can unblock it."""
         if dead is None:
-            message, _ = self._lost_message(what)
+            dead, slow = self.peers.find_lost()
         else:
-            message = self.peers.lost_message(what, dead)
-        print(message, file=sys.stderr, flush=True)
+            slow = []
+        print(self.peers.lost_message(what, dead, slow), file=sys.stderr, flush=True)
         stand_down()
         os._exit(1)
 

@@ -12,6 +12,7 @@ address (JAX's default is all interfaces) and gloo's transport bound to this wor
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -103,7 +104,7 @@ def _listen(peers: Peers, handler: _Handler, targets) -> Server:
     try:
         return Server(address, handler)
     except OSError as e:
-        cause = "taken" if e.errno in (98, 48, 10048) else "unusable"  # EADDRINUSE (Linux, macOS, Windows)
+        cause = "taken" if e.errno == errno.EADDRINUSE else "unusable"
         reason = f"cannot listen on {address} (port {split_address(address)[1]} is {cause}: {e.strerror})"
         notify(peers, targets, reason)
         raise ClusterStartError(f"strategax: {peers.describe(peers.index)} {reason}", _fix("port")) from None
@@ -137,7 +138,8 @@ def _handshake(peers: Peers, timeout: float) -> tuple[Server | None, _Handler]:
         handler.raise_if_aborted()
         try:
             if request(peers.addresses[0], f"hello {peers.index}", timeout=1.0) == "go":
-                handler.phase = "joining"
+                handler.phase = "joining"  # from now on a notice ends the process at once
+                handler.raise_if_aborted()  # one that came just before
                 return server, handler
         except OSError:
             pass  # worker 0 is not listening yet

@@ -1,9 +1,11 @@
 """`MultiWorkerMirroredStrategy`: one process per worker on JAX's own distributed runtime.
 
 The cluster comes from a cluster resolver (TF_CONFIG by default). With more than one worker,
-`jax.distributed.initialize` is called once with worker 0 as coordinator and CPU collectives
-go through gloo; the replicas are all devices of all workers (worker-major), and this
-process holds, feeds and sees only its own replicas' components.
+the process joins the job once (`cluster.join`: a start-up handshake, then
+`jax.distributed.initialize` with worker 0 as coordinator, every socket on the worker's own
+TF_CONFIG address, CPU collectives through gloo); the replicas are all devices of all workers
+(worker-major), and this process holds, feeds and sees only its own replicas' components.
+Variables created in the scope start from worker 0's values.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Input for a multi-worker strategy: each worker feeds only its own replicas.
 
-`experimental_distribute_dataset` is the common one (`input.dataset`): every worker reads
-the same global batches and fills only its own replicas' shards. Here: `dataset_fn` runs once
+`experimental_distribute_dataset` is the common one (`input.dataset`, shared between the
+workers by `input.shard` as TensorFlow's AutoShardPolicy says). Here: `dataset_fn` runs once
 per worker with `InputContext.input_pipeline_id` = the worker index, and its elements are
 dealt to that worker's replicas.
 """
