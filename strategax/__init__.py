@@ -3,25 +3,26 @@
 The packages are the architecture, each importing only those below it (docs/architecture.md):
 `ir` → `dialects` → `passes`, `backends` → `trace` → `variables`, `input` → `distribute`;
 `cluster` and `tools` beside; `errors` and `_context` under everything."""
-from . import backends, cluster_resolver, ir, nn, passes
+from . import backends, cluster_resolver, data, ir, nn, passes
 from .cluster import WorkerLostError
 from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute import __all__ as _distribute_all
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
                      OutOfRangeError, StrategaxError)
-from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions
-from .trace import DistributedValues, Mirrored, PerReplica, StrategyFunction, import_jaxpr, range  # noqa: A004
+from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions, Optional
+from .trace import (DistributedValues, Mirrored, PerReplica, StrategyFunction, TensorSpec, import_jaxpr,  # noqa: A004
+                    range)
 from .variables import (MirroredVariable, Optimizer, SyncOnReadVariable, Variable, VariableAggregation,
                         VariableSynchronization)
 
 __version__ = "0.1.0"
 __all__ = [
-    "backends", "cluster_resolver", "ir", "nn", "passes", *_distribute_all,
+    "backends", "cluster_resolver", "data", "ir", "nn", "passes", *_distribute_all,
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
     "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
     "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica", "PreemptionCheckpointHandler",
-    "StrategaxError", "StrategyFunction",
+    "Optional", "StrategaxError", "StrategyFunction", "TensorSpec",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
     "WorkerLostError", "import_jaxpr", "latest_checkpoint", "range",
 ]

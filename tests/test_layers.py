@@ -18,7 +18,7 @@ LAYERS = [
     {"trace", "cluster"},
     {"variables", "input"},
     {"distribute", "checkpoint"},
-    {"nn", "cluster_resolver", "tools"},  # facades and command lines
+    {"nn", "cluster_resolver", "tools", "data", "metrics"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}

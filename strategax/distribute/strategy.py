@@ -14,7 +14,7 @@ from ..errors import DistributionRuntimeError, DistributionTypeError, Distributi
 from ..input import padding
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
-from ..input.numpy_dataset import NumpyDataset
+from ..input.numpy_dataset import Dataset
 from ..trace import StrategyFunction
 from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from . import context
@@ -99,11 +99,12 @@ class Strategy(LogicalDevicesMixin):
         with _context.push(self):
             yield self
 
-    def function(self, fn: Callable | None = None, *, name: str | None = None):
-        """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
+    def function(self, fn: Callable | None = None, *, name: str | None = None, input_signature=None):
+        """Compile a whole Python step (run, reduce and all) into one program (like tf.function);
+        `input_signature` (specs, e.g. an iterator's `element_spec`) checks every call's arguments."""
         if fn is None:
-            return lambda f: StrategyFunction(self, f, name)
-        return StrategyFunction(self, fn, name)
+            return lambda f: StrategyFunction(self, f, name, input_signature)
+        return StrategyFunction(self, fn, name, input_signature)
 
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
@@ -261,8 +262,9 @@ class Strategy(LogicalDevicesMixin):
         return self.distribute_datasets_from_function(dataset_fn, options)
 
     def experimental_make_numpy_dataset(self, numpy_input):
-        """A dataset of the rows of `numpy_input` (an array or pytree of arrays); `.batch(n)` it."""
-        return NumpyDataset(numpy_input)
+        """A dataset of the rows of `numpy_input` (an array or pytree of arrays), as
+        `sx.data.Dataset.from_tensor_slices`: `.shuffle(n).batch(b)` it."""
+        return Dataset.from_tensor_slices(numpy_input)
 
 
 class MirroredStrategy(Strategy):

@@ -15,6 +15,8 @@ from .. import _context
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace import takes
 from ..trace.distributed_values import is_distributed
+from ..trace.input_signature import TensorSpec
+from .optional import Optional
 from .options import InputOptions
 from .place import place_split
 from .prefetch import Prefetcher, Synchronous
@@ -22,17 +24,23 @@ from .shard import worker_batches, worker_policy
 from .split import BatchError, batch_leaves, split_sizes
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """Shape (None for the per-replica batch axis) and dtype of one leaf of an element."""
-    shape: tuple
-    dtype: np.dtype
-
-
 def check_iterable(dataset: Any, what: str = "dataset") -> None:
-    """Non-iterable input fails where the user hands it over."""
+    """Non-iterable input fails where the user hands it over; so does in-memory data that is not
+    a sequence of batches (an array, a tuple or dict of arrays), which iterating would silently
+    take apart (`(x, y)` would give x, then y, as two "batches")."""
     if hasattr(dataset, "as_numpy_iterator"):
         return
+    if isinstance(dataset, (np.ndarray, jax.Array)) or (
+            isinstance(dataset, (tuple, dict)) and dataset and all(
+                isinstance(x, (np.ndarray, jax.Array)) for x in jax.tree_util.tree_leaves(dataset))):
+        kind = f"a {type(dataset).__name__} of arrays" if isinstance(dataset, (tuple, dict)) else "an array"
+        raise DistributionValueError(
+            f"the {what} is {kind}, not a sequence of batches (each with a leading batch axis): "
+            "iterating it would take it apart along its first level, not split it into batches "
+            "of rows",
+            "make a dataset of its rows and batch it: `sx.data.Dataset.from_tensor_slices((x, y))"
+            ".shuffle(len(x)).batch(GLOBAL_BATCH_SIZE)` (or `strategy.experimental_make_numpy_dataset"
+            "((x, y)).batch(GLOBAL_BATCH_SIZE)`); a list of batches works as is")
     try:
         iter(dataset)
     except TypeError:
@@ -70,6 +78,7 @@ class DistributedIterator:
                         if options.experimental_fetch_to_device else Synchronous(produce))
         self._ahead: deque = deque()  # elements read but not yet consumed (peeked, or put back)
         self._spec = None  # the cache key of the last element seen (see _spec_key)
+        self._last_spec = None  # the element_spec of the last element seen
 
     def __iter__(self):
         if _context.is_tracing():
@@ -119,6 +128,32 @@ class DistributedIterator:
 
     def get_next(self):
         return next(self)
+
+    def get_next_as_optional(self) -> Optional:
+        """The next element as an `Optional`, empty at the end of the data (TensorFlow's
+        `get_next_as_optional`); outside a `strategy.function`."""
+        if _context.is_tracing():
+            raise DistributionTypeError(
+                "get_next_as_optional() inside a strategy.function",
+                "call it outside, or take batches inside with next(iterator) in an "
+                "`sx.range(n)` loop (the loop ends after the last batch)")
+        element = self._pull()
+        if element is None:
+            return Optional.empty(self._last_spec)
+        self._last_spec = spec_of(element)
+        return Optional.from_value(self._strategy._finalize_outputs(element), self._last_spec)
+
+    @property
+    def element_spec(self) -> Any:
+        """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the next element,
+        which stays the next one)."""
+        element = self._peek()
+        if element is not None:
+            self._last_spec = spec_of(element)
+        elif self._last_spec is None:
+            raise DistributionValueError("the iterator has no element, so it has no element_spec",
+                                         "ask the dataset's element_spec, or give it at least one batch")
+        return self._last_spec
 
     def close(self) -> None:
         self._source.close()

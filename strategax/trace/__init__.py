@@ -6,8 +6,9 @@ from .distributed_values import (DistributedValues, Mirrored, PerReplica, PerRep
                                  is_distributed, regroup)
 from .function import StrategyFunction
 from .importer import import_jaxpr
+from .input_signature import TensorSpec
 from .loops import range  # noqa: A004 - sx.range, like tf.range
 from .var_session import VarSession
 
-__all__ = ["DistributedValues", "Mirrored", "PerReplica", "PerReplicaBatch", "StrategyFunction", "VarSession",
+__all__ = ["DistributedValues", "Mirrored", "PerReplica", "PerReplicaBatch", "StrategyFunction", "TensorSpec", "VarSession",
            "check_components", "import_jaxpr", "is_distributed", "range", "regroup"]

@@ -19,6 +19,7 @@ from . import dump
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
+from .input_signature import check_arguments
 from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
@@ -107,8 +108,9 @@ def _module_name(fn: Callable) -> str:
 class StrategyFunction:
     """A Python function compiled whole for a strategy (`@strategy.function`)."""
 
-    def __init__(self, strategy, fn: Callable, name: str | None = None):
+    def __init__(self, strategy, fn: Callable, name: str | None = None, input_signature=None):
         self._strategy, self._fn = strategy, fn
+        self._input_signature = None if input_signature is None else tuple(input_signature)
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
         self.__wrapped__ = fn
@@ -117,13 +119,22 @@ class StrategyFunction:
     def __call__(self, *args, **kwargs):
         if _context.is_tracing():
             return self._fn(*args, **kwargs)
+        if self._input_signature is not None:
+            args, kwargs = check_arguments(self._input_signature, args, kwargs), {}
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
         compiled = self._cache.get(sig.key)
         if compiled is None:
             compiled = self._compile(sig)
-        if compiled.inputs is not None:  # next(iterator) inside: take the batches now
-            compiled.take_inputs(sig)
-        return compiled(sig)
+        if compiled.inputs is None:
+            return compiled(sig)
+        compiled.take_inputs(sig)  # next(iterator) inside: take the batches now
+        try:
+            result = compiled(sig)
+        except BaseException:  # a failed call consumes no batch
+            compiled.inputs.put_back(sig)
+            raise
+        compiled.inputs.done(sig)
+        return result
 
     # --- tracing and compiling ------------------------------------------------------------
     def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None):

@@ -149,6 +149,7 @@ class Loop:
 class InputPlan:
     segments: list[Site | Loop] = field(default_factory=list)
     _steps: dict = field(default_factory=dict)
+    _taken: dict = field(default_factory=dict)  # id(inputs of a call) -> what it took, until it ran
 
     @property
     def input_types(self) -> list[TensorType]:
@@ -164,11 +165,28 @@ class InputPlan:
         arrays of the inputs, in order (`layouts` are the inputs' layouts)."""
         taken: list[tuple[Any, Any]] = []  # (iterator, element), put back if the call fails
         try:
-            return self._pull(leaves, layouts, taken)
+            out = self._pull(leaves, layouts, taken)
         except BaseException:
-            for iterator, element in reversed(taken):
-                iterator._push_back(element)
+            self._give_back(taken)
             raise
+        self._taken[id(out)] = taken
+        return out
+
+    def put_back(self, sig) -> None:
+        """Un-take the batches the call of `sig` took (it failed after taking them)."""
+        if sig.inputs is not None:
+            self._give_back(self._taken.pop(id(sig.inputs), []))
+            sig.inputs = None
+
+    def done(self, sig) -> None:
+        """The call of `sig` ran: forget what it took."""
+        if sig.inputs is not None:
+            self._taken.pop(id(sig.inputs), None)
+
+    @staticmethod
+    def _give_back(taken: list) -> None:
+        for iterator, element in reversed(taken):
+            iterator._push_back(element)
 
     def _next(self, leaves, site: Site, taken: list):
         iterator = leaves[site.iterator]
