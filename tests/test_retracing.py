@@ -305,6 +305,8 @@ def test_reduce_retracing_traces_a_learning_rate_schedule_once(builds, caplog):
             out = f(x, lr, k)
             np.testing.assert_allclose(out.values[3], comps[3] * np.float32(lr) + k, rtol=1e-6)
     assert Traces.count == 1 and builds[0] == 1 and not warnings_of(caplog)
+    exported = f.export(x, 0.5, 3, platforms=("tpu",))  # the number is an input of the program
+    assert len(exported.in_avals) == 3 and exported.in_avals[1].shape == () and Traces.count == 1
 
 
 def test_reduce_retracing_keeps_jax_jit_dtypes_and_bools_static(builds):

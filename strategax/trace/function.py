@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _context, ir
 from ..backends import Executable
@@ -18,6 +19,7 @@ from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
 from . import dump, retracing
 from .cache import cache_size
+from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
 from .outline import rewrite
@@ -49,8 +51,10 @@ class _Compiled:
         out = []
         for i, layout in zip(self.dynamic, self.in_layouts):
             x, kind = sig.leaves[i], sig.kinds[i]
-            if kind == ARRAY or kind == SCALAR:
+            if kind == ARRAY:
                 out.append(x)
+            elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
+                out.append(np.asarray(x, layout.type.dtype))
             elif x._global is not None and x._global[1].mesh is layout.mesh:
                 array = x._global[0]
                 if layout.logical_axes is not None and array.sharding != layout.sharding:
@@ -265,11 +269,23 @@ class StrategyFunction:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
         return snapshots[stage]
 
-    def lowered(self, *args, **kwargs):
+    def _lowering_args(self, args, kwargs) -> tuple[_Compiled, list]:
         compiled, sig = self._specialization(args, kwargs)
         if compiled.inputs is not None:  # stand-ins: lowering takes no batch from the iterators
             sig.inputs = compiled.inputs.abstract(compiled.in_layouts[len(compiled.dynamic):])
-        return compiled.executable.lower(*compiled.global_args(sig))
+        return compiled, compiled.global_args(sig)
+
+    def lowered(self, *args, **kwargs):
+        compiled, global_args = self._lowering_args(args, kwargs)
+        return compiled.executable.lower(*global_args)
+
+    def export(self, *args, platforms: Sequence[str] = ("tpu", "cuda"), **kwargs):
+        """The program for these arguments lowered for `platforms` without their hardware: a
+        serializable `jax.export.Exported` (`.serialize()`, `.mlir_module()`) over as many devices
+        as the strategy's mesh, holding exactly the IR's collectives."""
+        platforms = check_platforms(platforms)
+        compiled, global_args = self._lowering_args(args, kwargs)
+        return compiled.executable.export(global_args, platforms)
 
     def stablehlo(self, *args, **kwargs) -> str:
         """The StableHLO text handed to XLA (before XLA's own optimisations)."""
