@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from .. import _context, ir
 from ..backends import Executable
+from ..dialects.rows import mark_rows
 from ..errors import DistributionTypeError
 from ..ir import Module
 from ..ir.analysis import collective_stats
@@ -131,6 +132,8 @@ class StrategyFunction:
             leaves = list(sig.leaves)
             for i, v in zip(dynamic, values):
                 kind = sig.kinds[i]
+                if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
+                    v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
@@ -149,9 +152,6 @@ class StrategyFunction:
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
                     kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
-                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
-                            and leaf._local.shape[0] == rows:
-                        kind = PER_EXAMPLE
                     plan.append((kind, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
@@ -173,6 +173,10 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
+        # the results mask-padding found to be per-example come back with each replica's real rows
+        per_example = set(module.attrs.get("per_example_results", ())) if sig.batch is not None else set()
+        out_info["plan"] = [(PER_EXAMPLE, index) if kind == PER_REPLICA and index in per_example
+                            else (kind, index) for kind, index in out_info["plan"]]
         return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
 
     def _compile(self, sig: Signature) -> _Compiled:
