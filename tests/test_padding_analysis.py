@@ -178,3 +178,29 @@ def test_user_mask_with_batch_mask_is_the_fix():
 
     out = strategy.run(replica, args=(batch,))
     np.testing.assert_allclose([float(v) for v in out.values], [x[:2].sum(), x[2:].sum()])
+
+
+def test_convolution_and_pooling_gradients_count_real_rows():
+    # Intent: conv layers with a bias and max pooling are row-wise in the batch axis; the second
+    # kernel's gradient contracts the rows (masked), so each replica's gradient is plain JAX's
+    # on its real rows, although relu(conv + 0.5) is not zero on the padded ones.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    x = np.random.default_rng(3).normal(size=(3, 6, 6, 2)).astype(np.float32)  # rows 2 and 1
+    k1 = np.random.default_rng(4).normal(size=(3, 3, 2, 4)).astype(np.float32)
+    k2 = np.random.default_rng(5).normal(size=(3, 3, 4, 2)).astype(np.float32)
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def loss(k1, k2, x):
+        y = jax.nn.relu(conv(x, k1) + 0.5)
+        y = jax.lax.reduce_window(conv(y, k2), -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return jnp.sum(y ** 2)
+
+    batch = next(iter(strategy.experimental_distribute_dataset([x])))
+    grads = strategy.run(lambda x: jax.grad(loss, argnums=(0, 1))(jnp.asarray(k1), jnp.asarray(k2), x),
+                         args=(batch,))
+    for r, piece in enumerate([x[:2], x[2:]]):
+        want = jax.grad(loss, argnums=(0, 1))(k1, k2, piece)
+        for got, w in zip(grads, want, strict=True):
+            np.testing.assert_allclose(np.asarray(got.values[r]), np.asarray(w), rtol=1e-4, atol=1e-4)

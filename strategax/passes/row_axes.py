@@ -148,6 +148,29 @@ def _scatter(op: Operation, fill: str | None) -> AxisRule:
     return r
 
 
+def _window(a: dict, i: int) -> bool:
+    """Whether a pooling window leaves axis i alone (size 1, stride 1, no padding or dilation)."""
+    dil = [a.get(k) or (1,) * len(a["window_dimensions"]) for k in ("base_dilation", "window_dilation")]
+    return (a["window_dimensions"][i], a["window_strides"][i], tuple(a["padding"][i]), dil[0][i], dil[1][i]) \
+        == (1, 1, (0, 0), 1, 1)
+
+
+def _conv(op: Operation) -> AxisRule:
+    """A convolution is row-wise in the lhs batch axis; its input-feature axes (paired on lhs
+    and rhs) are contracted, which is where jax.grad puts the rows for a kernel gradient."""
+    lhs, rhs = op.operands[:2]
+    a, res = op.attrs, op.result
+    ls, rs, os_ = a["dimension_numbers"]
+    grouped = a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1
+    r = AxisRule(opaque=[(lhs, d) for d in ls[2:]] + [(rhs, d) for d in rs[2:]])
+    if grouped:
+        r.opaque += [(lhs, ls[0]), (lhs, ls[1]), (rhs, rs[0]), (rhs, rs[1])]
+        return r
+    r.same = [((lhs, ls[0]), (res, os_[0])), ((rhs, rs[0]), (res, os_[1])), ((lhs, ls[1]), (rhs, rs[1]))]
+    r.combines = [(0, ls[1], "zero"), (1, rs[1], "zero")]
+    return r
+
+
 SCATTER_FILLS = {"jax.scatter-add": "zero", "jax.scatter_add": "zero", "jax.scatter-mul": "one",
                  "jax.scatter_mul": "one", "jax.scatter-min": "max", "jax.scatter_min": "max",
                  "jax.scatter-max": "min", "jax.scatter_max": "min"}
@@ -224,10 +247,14 @@ def rule(op: Operation) -> AxisRule | None:
         return _gather(op)
     if name in SCATTER_FILLS or name == "jax.scatter":
         return _scatter(op, SCATTER_FILLS.get(name))
-    if name.startswith("jax.reduce_window"):
-        keep = [w == 1 and s == 1 and tuple(p) == (0, 0) for w, s, p in
-                zip(a["window_dimensions"], a["window_strides"], a["padding"])]
-        return _full(x, op.result, lambda i: keep[i])
+    if name.startswith("jax.reduce_window") or name == "jax.select_and_gather_add":
+        return _full(x, op.result, lambda i: _window(a, i))
+    if name == "jax.select_and_scatter_add":  # operands: the pooled cotangent, the pooled input
+        r = _full(op.operands[1], op.result, lambda i: _window(a, i))
+        r.same += [((x, i), (op.result, i)) for i in range(len(_shape(x))) if _window(a, i)]
+        return r
+    if name == "jax.conv_general_dilated":
+        return _conv(op)
     return None
 
 
