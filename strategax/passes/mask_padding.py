@@ -207,7 +207,10 @@ class _Block:
         for op in list(self.ops):
             if op.name != "jax.div":
                 continue
-            found = self.forward_mean(op, producer) or self.backward_mean(op, users)
+            try:
+                found = self.forward_mean(op, producer) or self.backward_mean(op, users)
+            except (KeyError, TypeError, ValueError, IndexError):  # hostile attributes: no mean
+                continue
             if found is None:
                 continue
             count, padded, total = found
@@ -228,7 +231,7 @@ class _Block:
         if src is None or id(src) not in self.masked_sums:
             return None
         count, padded = self.masked_sums[id(src)]
-        total = prod(src.operands[0].type.shape[i] for i in src.attrs["axes"])
+        total = prod(src.operands[0].type.shape[i] for i in src.attrs["axes"])  # valid: it was masked
         return count, padded, total
 
     def backward_mean(self, op: Operation, users: dict):
@@ -242,7 +245,7 @@ class _Block:
                 return None
             b = nxt[0]
             if b.name == "jax.broadcast_in_dim":
-                made = [j for j in range(len(b.result.type.shape)) if j not in b.attrs["broadcast_dimensions"]]
+                made = [j for j in range(len(b.result.type.shape)) if j not in b.attrs.get("broadcast_dimensions", ())]
                 rows = [j for j in made if self.rows.of(b.result, j) is not None]
                 if rows:
                     count = self.rows.of(b.result, rows[0])

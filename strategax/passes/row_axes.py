@@ -177,7 +177,23 @@ SCATTER_FILLS = {"jax.scatter-add": "zero", "jax.scatter_add": "zero", "jax.scat
 
 
 def rule(op: Operation) -> AxisRule | None:
-    """How `op` moves axes; None when the analysis does not know the op."""
+    """How `op` moves axes; None when the analysis does not know the op (or its attributes
+    are not what the op takes: hostile IR text is not followed, it is refused)."""
+    try:
+        r = _rule(op)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
+    if r is None:
+        return None
+    axes = [ax for pair in r.same for ax in pair] + r.opaque
+    axes += [(op.operands[k], i) if isinstance(k, int) and 0 <= k < len(op.operands) else (None, -1)
+             for k, i, _ in r.combines]
+    if not all(v is not None and isinstance(i, int) and 0 <= i < len(_shape(v)) for v, i in axes):
+        return None
+    return r
+
+
+def _rule(op: Operation) -> AxisRule | None:
     name, a = op.name, op.attrs
     if name in ELEMENTWISE or name in ("sx.rows", "sx.mask_rows"):
         return _elementwise(op) if name not in ("sx.rows", "sx.mask_rows") else AxisRule(
