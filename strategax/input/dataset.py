@@ -26,14 +26,13 @@ from .split import BatchError, batch_leaves, split_sizes
 
 def check_iterable(dataset: Any, what: str = "dataset") -> None:
     """Non-iterable input fails where the user hands it over; so does in-memory data that is not
-    a sequence of batches (an array, a tuple or dict of arrays), which iterating would silently
-    take apart (`(x, y)` would give x, then y, as two "batches")."""
+    a sequence of batches (a tuple or dict of arrays), which iterating would silently take apart
+    (`(x, y)` would give x, then y, as two "batches"); an array iterates its first axis: batches."""
     if hasattr(dataset, "as_numpy_iterator"):
         return
-    if isinstance(dataset, (np.ndarray, jax.Array)) or (
-            isinstance(dataset, (tuple, dict)) and dataset and all(
-                isinstance(x, (np.ndarray, jax.Array)) for x in jax.tree_util.tree_leaves(dataset))):
-        kind = f"a {type(dataset).__name__} of arrays" if isinstance(dataset, (tuple, dict)) else "an array"
+    if isinstance(dataset, (tuple, dict)) and dataset and all(
+            isinstance(x, (np.ndarray, jax.Array)) for x in jax.tree_util.tree_leaves(dataset)):
+        kind = f"a {type(dataset).__name__} of arrays"
         raise DistributionValueError(
             f"the {what} is {kind}, not a sequence of batches (each with a leading batch axis): "
             "iterating it would take it apart along its first level, not split it into batches "
