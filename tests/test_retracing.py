@@ -275,6 +275,36 @@ def test_retracing_warning_names_a_changing_captured_value_of_an_eager_run(caplo
     assert "the captured value `lr` (a Python float 4.0, was a Python float 2.0)" in text
 
 
+def test_a_fresh_lambda_reading_a_mutable_object_is_named(caplog):
+    st = strategy()
+    x, comps = per_replica(st), components()
+    weights = [np.float32(1.0)]  # a list: mutable, so each fresh lambda traces again
+    with caplog.at_level(logging.WARNING, logger="strategax"):
+        for w in range(5):
+            weights[0] = np.float32(w)
+            out = st.run(lambda v: v * weights[0], args=(x,))
+            np.testing.assert_allclose(out.values[1], comps[1] * w)
+    text, = warnings_of(caplog)
+    assert "reads the captured value `weights`" in text and "define the function once" in text
+
+
+def test_a_program_keeps_the_numpy_values_it_was_traced_with():
+    # Intent: a captured NumPy array changed in place after tracing does not change the program's
+    # IR (which f.ir, the dump, export and the round-trip check read): its constant is a copy,
+    # as the executable's is. (The IR once aliased the user's array.)
+    st = strategy()
+    x = jnp.arange(3.0)
+    weights = np.zeros(3, np.float32)
+    f = st.function(lambda v: v * weights + 1.0)
+    np.testing.assert_allclose(f(x), np.asarray(x) * 0.0 + 1.0)
+    before = f.ir(x)
+    weights[:] = 5.0
+    np.testing.assert_allclose(f(x), np.asarray(x) * 0.0 + 1.0)  # traced once, as jax.jit bakes it
+    assert f.ir(x) == before
+    g = st.function(lambda v: v * weights + 1.0)  # a new function sees the new values
+    np.testing.assert_allclose(g(x), np.asarray(x) * 5.0 + 1.0)
+
+
 def test_a_new_strategy_function_per_call_is_caught(caplog):
     # Intent: as TensorFlow counts calls per Python function, a strategy.function made anew in
     # a loop warns although each one traced only once.

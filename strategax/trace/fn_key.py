@@ -148,8 +148,8 @@ def named_parts(fn: Callable) -> list[tuple[str, tuple]]:
     def add(label, value):
         try:
             parts.append((label, value_key(value, names=names)))
-        except _Unkeyable:
-            parts.append((label, ("id", id(value))))
+        except _Unkeyable:  # mutable: the function is keyed by its own identity
+            parts.append((label, ("mutable", id(value))))
     if fn.__defaults__:
         names = code.co_varnames[:code.co_argcount][-len(fn.__defaults__):]
         for n, v in zip(names, fn.__defaults__):
