@@ -16,13 +16,14 @@ import jax
 
 from ..backends.inflight import throttle
 from .distributed_values import Mirrored, PerReplica, PerReplicaBatch
-from .signature import ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, Signature
+from .keys import is_key
+from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, Signature
 
 MISS = object()  # the call does not fit: take the full path
 MAX_BUILDS = 4  # shortcuts built per specialization: a call that never fits stops paying for it
 _MAX_LAYOUTS = 64  # layout objects remembered per position
-_ARRAY, _DIST, _SAME = range(3)
-_OUT_ARRAY, _OUT_STATIC, _OUT_WRAP, _OUT_BATCH = range(4)
+_ARRAY, _DIST, _SAME, _KEY = range(4)
+_OUT_ARRAY, _OUT_STATIC, _OUT_WRAP, _OUT_BATCH, _OUT_KEY = range(5)
 _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
 
 
@@ -53,6 +54,8 @@ class FastCall:
         if len(leaves) + (sig.batch is not None) != len(sig.leaves) \
                 or any(a is not b for a, b in zip(leaves, sig.leaves)):
             return None  # distributed values regrouped from pytrees, keyword arguments
+        if any(kind not in _OUTPUT_KINDS for kind, _ in compiled.out_plan):
+            return None
         layouts = dict(zip(compiled.dynamic, compiled.in_layouts))
         checks, batch_at = [], None
         for i, (x, kind) in enumerate(zip(leaves, sig.kinds)):
@@ -61,7 +64,7 @@ class FastCall:
             elif kind == ARRAY:
                 if not isinstance(x, jax.Array):
                     return None
-                checks.append((_ARRAY, type(x), (x.shape, x.dtype)))
+                checks.append((_KEY if is_key(x) else _ARRAY, type(x), (x.shape, x.dtype)))
             else:
                 layout, g = layouts[i], x._global
                 if layout.logical_axes is not None or g is None or g[1].mesh is not layout.mesh:
@@ -89,6 +92,10 @@ class FastCall:
                 if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
                     return MISS
                 arrays.append(x)
+            elif check is _KEY:  # a typed PRNG key: the program takes its key data
+                if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
+                    return MISS
+                arrays.append(jax.random.key_data(x))
             elif x is not want:
                 return MISS
         batch = None
@@ -115,6 +122,8 @@ class FastCall:
                 result.append(outs[index])
             elif code is _OUT_STATIC:
                 result.append(index)
+            elif code is _OUT_KEY:
+                result.append(jax.random.wrap_key_data(outs[index[0]], impl=index[1]))
             else:
                 result.append(PerReplicaBatch._from_global_batch(
                     outs[index], layout, batch._counts, batch._count_value))
@@ -135,10 +144,15 @@ def _accept(layout, extra: tuple) -> bool:
     return True
 
 
+_OUTPUT_KINDS = (ARRAY, STATIC, KEY, PER_REPLICA, MIRRORED, PER_EXAMPLE)
+
+
 def _output(kind: str, index, out_layouts) -> tuple:
     """How one output leaf is made from the program's outputs (as `_Compiled.__call__` does)."""
     if kind == STATIC:
         return _OUT_STATIC, index, None, None
+    if kind == KEY:
+        return _OUT_KEY, index, None, None
     layout = out_layouts[index]
     if layout.per_replica:
         if kind == PER_EXAMPLE:

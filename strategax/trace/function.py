@@ -22,13 +22,12 @@ from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
 from .keys import is_key, key_data
 from .outline import rewrite
-from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
+from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
                         leaf_type, signature)
 from .takes import TraceInputs
 from .var_session import VarSession
 
 log = logging.getLogger("strategax")
-KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 class _Compiled:

@@ -22,6 +22,7 @@ ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 # static Python value baked into the program.
 PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
 PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
+KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 @dataclass
