@@ -16,6 +16,9 @@ from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
 from ..trace import StrategyFunction
+from ..trace.cache import LRU
+from ..trace.fn_key import function_key, named_parts
+from ..trace.retracing import Detector
 from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
 from . import context
 from .devices import resolve_device, resolve_devices
@@ -44,12 +47,16 @@ def _tree_map_distributed(fn, tree):
 class Strategy(LogicalDevicesMixin):
     """A compiled distribution strategy over a list of devices, one replica per device."""
 
+    _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
+
     def __init__(self, devices: Sequence[jax.Device]):
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)
-        self._run_functions: dict[Any, StrategyFunction] = {}
-        self._reduce_functions: dict[Any, StrategyFunction] = {}
+        # eager run/reduce/gather: one compiled function per (function, options), LRU-bounded
+        # (STRATEGAX_CACHE_SIZE); each keeps its programs per input signature
+        self._run_functions = LRU()
+        self._reduce_functions = LRU()
 
     # --- basics -----------------------------------------------------------------------
     @property
@@ -101,11 +108,18 @@ class Strategy(LogicalDevicesMixin):
         with _context.push(self):
             yield self
 
-    def function(self, fn: Callable | None = None, *, name: str | None = None):
-        """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
+    def function(self, fn: Callable | None = None, *, name: str | None = None, reduce_retracing: bool = False):
+        """Compile a whole Python step (run, reduce and all) into one program (like tf.function);
+        `reduce_retracing=True` traces Python ints, floats and complexes as values (one program
+        for a learning-rate schedule) instead of baking each value into its own program."""
         if fn is None:
-            return lambda f: StrategyFunction(self, f, name)
-        return StrategyFunction(self, fn, name)
+            return lambda f: StrategyFunction(self, f, name, reduce_retracing=reduce_retracing)
+        return StrategyFunction(self, fn, name, reduce_retracing=reduce_retracing)
+
+    def _eager(self, key, make_fn: Callable[[], Callable], name: str) -> StrategyFunction:
+        """The compiled function of an eager reduce/gather/batch_reduce_to (cached by `key`)."""
+        return self._reduce_functions.get_or_make(
+            key, lambda: StrategyFunction(self, make_fn(), name=name, detector=Detector()))
 
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
@@ -118,11 +132,10 @@ class Strategy(LogicalDevicesMixin):
         if entry is not None and entry.replica_context is not None:
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
-        if not _context.is_tracing():
-            runner = self._run_functions.get(fn)
-            if runner is None:
-                runner = self._run_functions[fn] = StrategyFunction(
-                    self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"))
+        if not _context.is_tracing():  # a function of the same code, defaults and captures: one runner
+            runner = self._run_functions.get_or_make(function_key(fn), lambda: StrategyFunction(
+                self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"),
+                origin=fn, parts=named_parts(fn)))
             return runner(*args, **kwargs)
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
@@ -161,11 +174,7 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            key = (op, axis)
-            fn = self._reduce_functions.get(key)
-            if fn is None:
-                fn = self._reduce_functions[key] = StrategyFunction(
-                    self, lambda v: self.reduce(op, v, axis), name="reduce")
+            fn = self._eager(("reduce", op, axis), lambda: lambda value: self.reduce(op, value, axis), "reduce")
             if axis is None:
                 padding.check_even(value)
                 return padding.trim_reduced(value, fn(value))
@@ -206,7 +215,7 @@ class Strategy(LogicalDevicesMixin):
         if not _context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
                 return value
-            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            gathered = self._eager(("gather", axis), lambda: lambda value: self.gather(value, axis), "gather")(value)
             return padding.trim_gathered(value, gathered, axis)
         n = self.num_replicas_in_sync
         return _tree_map_distributed(

@@ -13,16 +13,17 @@ the cache key, so the shortcut can only skip work, never pick a different progra
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 from ..backends.inflight import throttle
 from .distributed_values import Mirrored, PerReplica, PerReplicaBatch
 from .keys import is_key
-from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, Signature
+from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, Signature
 
 MISS = object()  # the call does not fit: take the full path
 MAX_BUILDS = 4  # shortcuts built per specialization: a call that never fits stops paying for it
 _MAX_LAYOUTS = 64  # layout objects remembered per position
-_ARRAY, _DIST, _SAME, _KEY = range(4)
+_ARRAY, _DIST, _SAME, _KEY, _SCALAR = range(5)
 _OUT_ARRAY, _OUT_STATIC, _OUT_WRAP, _OUT_BATCH, _OUT_KEY = range(5)
 _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
 
@@ -30,12 +31,12 @@ _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
 class FastCall:
     """`fast(args)`: what `compiled` returns for positional `args`, or MISS."""
 
-    __slots__ = ("treedef", "checks", "batch_at", "jitted", "marker", "var_slots", "num_vars",
+    __slots__ = ("compiled", "treedef", "checks", "batch_at", "jitted", "marker", "var_slots", "num_vars",
                  "outputs", "out_treedef", "out_is_leaf", "finalize")
 
     def __init__(self, compiled, treedef, checks: list, batch_at: int | None):
         ex, strategy = compiled.executable, compiled.strategy
-        self.treedef, self.checks, self.batch_at = treedef, checks, batch_at
+        self.compiled, self.treedef, self.checks, self.batch_at = compiled, treedef, checks, batch_at
         self.jitted, self.marker = ex.jitted, ex.marker
         self.var_slots, self.num_vars = compiled.var_slots, compiled.num_vars
         self.outputs = [_output(kind, index, ex.out_layouts) for kind, index in compiled.out_plan]
@@ -61,11 +62,13 @@ class FastCall:
         for i, (x, kind) in enumerate(zip(leaves, sig.kinds)):
             if kind == STATIC:
                 checks.append((_SAME, x, None))
+            elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
+                checks.append((_SCALAR, type(x), layouts[i].type.dtype))
             elif kind == ARRAY:
                 if not isinstance(x, jax.Array):
                     return None
                 checks.append((_KEY if is_key(x) else _ARRAY, type(x), (x.shape, x.dtype)))
-            else:
+            elif kind in (PER_REPLICA, MIRRORED):
                 layout, g = layouts[i], x._global
                 if layout.logical_axes is not None or g is None or g[1].mesh is not layout.mesh:
                     return None  # put or assembled per call
@@ -73,6 +76,8 @@ class FastCall:
                     batch_at = i
                 want = (layout.mesh, layout.type.shape, layout.type.dtype, g[1].per_replica)
                 checks.append((_DIST, type(x), (want, {})))
+            else:
+                return None
         return cls(compiled, treedef, checks, batch_at)
 
     def __call__(self, args: tuple):
@@ -92,6 +97,10 @@ class FastCall:
                 if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
                     return MISS
                 arrays.append(x)
+            elif check is _SCALAR:
+                if type(x) is not want:
+                    return MISS
+                arrays.append(np.asarray(x, extra))
             elif check is _KEY:  # a typed PRNG key: the program takes its key data
                 if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
                     return MISS
