@@ -143,3 +143,13 @@ def test_a_prng_key_fed_back_matches_plain_jax(st, signatures):
         np.testing.assert_allclose(np.asarray(draw), np.asarray(jax.random.normal(sub, (3,))), rtol=1e-6)
     assert signatures[0] == 1
     np.testing.assert_array_equal(jax.random.key_data(key), jax.random.key_data(ref))
+
+
+def test_traced_python_scalars_take_the_shortcut_with_their_values(st, signatures):
+    # Intent: with reduce_retracing a Python float is an input: the shortcut passes each call's
+    # value (not the first one's).
+    f = st.function(lambda x, s: x * s, reduce_retracing=True)
+    x = jnp.arange(3.0)
+    for s in (2.0, 3.0, 0.5, -1.5):
+        np.testing.assert_allclose(np.asarray(f(x, s)), np.arange(3.0) * s)
+    assert signatures[0] == 1
