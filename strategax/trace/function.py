@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _context, ir
 from ..backends import Executable
+from ..dialects.rows import mark_rows
 from ..errors import DistributionTypeError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
@@ -190,6 +191,8 @@ class StrategyFunction:
                 kind = sig.kinds[i]
                 if kind == ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
                     v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
+                if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
+                    v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
@@ -208,9 +211,6 @@ class StrategyFunction:
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
                     kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
-                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
-                            and leaf._local.shape[0] == rows:
-                        kind = PER_EXAMPLE
                     plan.append((kind, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
@@ -242,6 +242,10 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
+        # the results mask-padding found to be per-example come back with each replica's real rows
+        per_example = set(module.attrs.get("per_example_results", ())) if sig.batch is not None else set()
+        out_info["plan"] = [(PER_EXAMPLE, index) if kind == PER_REPLICA and index in per_example
+                            else (kind, index) for kind, index in out_info["plan"]]
         return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:
