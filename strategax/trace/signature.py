@@ -30,6 +30,7 @@ SCALAR = "W"
 SCALAR_TYPES = (int, float, complex)  # exact types: bools and enums stay static (few values,
 # and they pick Python branches)
 PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
+KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 @dataclass
