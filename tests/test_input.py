@@ -51,9 +51,17 @@ def test_training_loop_with_partial_last_batch_matches_one_device_jax():
         params, loss = strategy.run(replica_step, args=(params, batch))
         return params, strategy.reduce("sum", loss)
 
-    @jax.jit
+    n = strategy.num_replicas_in_sync
+
+    def tf_average(p, x, y):
+        """TensorFlow 2.21's compute_average_loss summed over replicas: replica r's sum over its
+        rows times the replica count (tests/data/tf/losses_metrics.json), for TF's split."""
+        per = -(-len(x) // n)
+        return sum(jnp.sum(per_example_loss(p, x[r * per:(r + 1) * per], y[r * per:(r + 1) * per]))
+                   / (len(x[r * per:(r + 1) * per]) * n) for r in range(n) if len(x[r * per:(r + 1) * per]))
+
     def reference_step(params, x, y):
-        loss, grads = jax.value_and_grad(lambda p: per_example_loss(p, x, y).mean())(params)
+        loss, grads = jax.value_and_grad(lambda p: tf_average(p, x, y))(params)
         return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
 
     params = ref = init()
@@ -86,7 +94,7 @@ def test_reduce_over_batch_axis_counts_only_real_rows():
 
 def test_masked_sums_inside_one_function():
     # Intent: inside one strategy.function, batch_mask and reduce(axis=0) see the real rows,
-    # and a replica without data contributes nothing to compute_average_loss's count.
+    # and compute_average_loss divides as TensorFlow 2.21 (a replica without data gives 0).
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
 
     @strategy.function
@@ -100,9 +108,11 @@ def test_masked_sums_inside_one_function():
 
     data = np.arange(1.0, 11.0, dtype=np.float32)
     batches = [data[:8], data[8:]]  # the second batch: rows 1, 1, 0, 0 (padded to 2)
-    for b, batch in zip(batches, strategy.experimental_distribute_dataset(batches), strict=True):
+    # TensorFlow's divisor: each replica's own row count times 4 (0 rows: 0)
+    tf_avg = [sum(data[2 * r:2 * r + 2].sum() / 8 for r in range(4)), data[8] / 4 + data[9] / 4]
+    for b, want_avg, batch in zip(batches, tf_avg, strategy.experimental_distribute_dataset(batches), strict=True):
         total, avg, mean = stats(batch)
-        np.testing.assert_allclose([float(total), float(avg), float(mean)], [b.sum(), b.mean(), b.mean()],
+        np.testing.assert_allclose([float(total), float(avg), float(mean)], [b.sum(), want_avg, b.mean()],
                                    rtol=1e-6)
     assert len(stats._cache) == 1
 

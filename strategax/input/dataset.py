@@ -15,7 +15,7 @@ from .. import _context
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace import takes
 from ..trace.distributed_values import is_distributed
-from ..trace.input_signature import TensorSpec
+from ..trace.signature import TensorSpec
 from .optional import Optional
 from .options import InputOptions
 from .place import place_split

@@ -6,7 +6,7 @@ from .distributed_values import (DistributedValues, Mirrored, PerReplica, PerRep
                                  is_distributed, regroup)
 from .function import StrategyFunction
 from .importer import import_jaxpr
-from .input_signature import TensorSpec
+from .signature import TensorSpec
 from .loops import range  # noqa: A004 - sx.range, like tf.range
 from .var_session import VarSession
 

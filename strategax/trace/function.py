@@ -24,11 +24,10 @@ from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
-from .input_signature import check_arguments
 from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
-                        leaf_type, signature)
+                        check_arguments, leaf_type, signature)
 from .takes import TraceInputs
 from .var_session import VarSession
 
