@@ -32,10 +32,11 @@ def in_cross_replica_context() -> bool:
 
 
 def get_cross_replica_context():
-    """The current strategy in cross-replica context, else None."""
+    """The current strategy in cross-replica context, else None (also outside every scope, as
+    in TensorFlow: the default strategy is in its replica context there)."""
     entry = _context.current()
     if entry is None:
-        return get_strategy()
+        return None
     return entry.strategy if entry.replica_context is None else None
 
 

@@ -1,7 +1,6 @@
 """The default strategy: what is current outside any scope. One replica, no communication."""
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, Sequence
 
 import jax
@@ -38,9 +37,21 @@ class DefaultStrategy(Strategy):
     def experimental_local_results(self, value: Any) -> tuple:
         return (value,)
 
-    @contextlib.contextmanager
-    def scope(self):
-        yield self
+    def scope(self) -> "_DefaultScope":
+        return _DefaultScope(self)
+
+
+class _DefaultScope:
+    """The default strategy's scope: changes nothing, may be entered any number of times."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def __enter__(self):
+        return self._strategy
+
+    def __exit__(self, *exc) -> None:
+        return None
 
 
 _DEFAULT: DefaultStrategy | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+from jax._src import core as jax_core
 
 from .. import _context
 from ..errors import DistributionRuntimeError
@@ -44,12 +45,21 @@ def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None) -> Any
         raise DistributionRuntimeError(
             "merge_call was called inside merge_fn (a nested merge_call)",
             "merge_fn already runs in cross-replica context: call what you need directly there")
+    if entry is None and getattr(strategy, "_is_default", False):  # the default replica context
+        with _context.push(strategy, None, in_merge=True):
+            return merge_fn(strategy, *args, **kwargs)
     if entry is None or entry.replica_context is None:
         raise DistributionRuntimeError("merge_call was called outside a replica function",
                                        "call it inside the function given to strategy.run")
     if not _context.is_tracing():  # the default strategy: one replica, nothing to merge
         with _context.push(strategy, None, in_merge=True):
             return merge_fn(strategy, *args, **kwargs)
+    if getattr(replica_context, "_trace", None) is not None and jax_core.trace_ctx.trace is not replica_context._trace:
+        raise DistributionRuntimeError(
+            "merge_call was called inside control flow or a JAX transformation (lax.while_loop, "
+            "cond, scan, jax.jit, ...) in the replica function; TensorFlow raises RuntimeError "
+            "inside control flow too", "call merge_call at the top level of the replica function "
+            "(move the loop or cond into merge_fn, or around strategy.run)")
     leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731
     wrapped_args, wrapped_kwargs = jax.tree_util.tree_map(_to_per_replica, (tuple(args), kwargs), is_leaf=leaf)
     with _context.push(strategy, None, in_merge=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+from jax._src import core as jax_core
 import jax.numpy as jnp
 
 from ..dialects import collectives
@@ -16,6 +17,7 @@ class ReplicaContext:
 
     def __init__(self, strategy):
         self._strategy = strategy
+        self._trace = jax_core.trace_ctx.trace  # merge_call must be called in this JAX trace
 
     @property
     def strategy(self):

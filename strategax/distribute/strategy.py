@@ -1,7 +1,6 @@
 """The Strategy API: `MirroredStrategy`, `OneDeviceStrategy` and their shared base."""
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, Sequence
 
 import jax
@@ -39,6 +38,33 @@ class ValueContext:
 
 def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
+
+
+class StrategyScope:
+    """What `strategy.scope()` returns: a context manager that may be entered again after it
+    exits (TensorFlow 2.21 fails part-way through a second entry; see docs/porting.md)."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+        self._entered: list[bool] = []  # per active entry: whether it pushed a context
+
+    def __enter__(self):
+        strategy = self._strategy
+        entry = _context.current()
+        if entry is not None and entry.strategy is not strategy and not entry.is_global:
+            raise DistributionRuntimeError(
+                f"cannot enter the scope of {strategy!r} inside the scope of {entry.strategy!r}",
+                "use one strategy at a time: leave the other scope first")
+        # scope() inside the replica function stays in replica context, as in TensorFlow
+        pushed = not (entry is not None and entry.replica_context is not None and entry.strategy is strategy)
+        if pushed:
+            _context.enter(strategy)
+        self._entered.append(pushed)
+        return strategy
+
+    def __exit__(self, *exc) -> None:
+        if self._entered.pop():
+            _context.leave(self._strategy)
 
 
 class Strategy(LogicalDevicesMixin):
@@ -85,19 +111,9 @@ class Strategy(LogicalDevicesMixin):
         devs = ", ".join(f"{d.platform.upper()}:{d.id}" for d in self._devices)
         return f"{type(self).__name__}([{devs}])"
 
-    @contextlib.contextmanager
-    def scope(self):
+    def scope(self) -> "StrategyScope":
         """Enter cross-replica context for this strategy (variables created here are distributed)."""
-        entry = _context.current()
-        if entry is not None and entry.strategy is not self and not entry.is_global:
-            raise DistributionRuntimeError(
-                f"cannot enter the scope of {self!r} inside the scope of {entry.strategy!r}",
-                "use one strategy at a time: leave the other scope first")
-        if entry is not None and entry.replica_context is not None and entry.strategy is self:
-            yield self  # scope() inside the replica function: stays in replica context, as in TF
-            return
-        with _context.push(self):
-            yield self
+        return StrategyScope(self)
 
     def function(self, fn: Callable | None = None, *, name: str | None = None):
         """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
