@@ -14,7 +14,7 @@ from ..dialects import collectives
 from ..errors import DistributionValueError
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
-from ..trace.distributed_values import Mirrored, PerReplica, is_distributed
+from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
 from .reduce_op import ReduceOp
 
@@ -148,7 +148,7 @@ class StrategyExtended:
                 out.append(value)
                 continue
             out.append(Mirrored._traced(collectives.all_reduce(
-                value._local, op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
+                local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any):

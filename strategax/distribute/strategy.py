@@ -15,7 +15,7 @@ from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
 from ..trace import StrategyFunction
-from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
+from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, local_value, regroup
 from . import context
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
@@ -38,6 +38,10 @@ class ValueContext:
 
 def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
+
+
+def _is_mirrored_variable(x) -> bool:
+    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
 
 
 class StrategyScope:
@@ -145,13 +149,7 @@ class Strategy(LogicalDevicesMixin):
             lambda x: x if is_distributed(x) else PerReplica._traced(jnp.asarray(x)), result)
 
     def _to_local(self, x):
-        if not is_distributed(x):
-            return x
-        if x._local is None:
-            raise DistributionValueError(
-                f"a {type(x).__name__} built outside this function was captured by it",
-                "pass distributed values to the function as arguments")
-        return x._local
+        return local_value(x) if is_distributed(x) else x
 
     def _finalize_outputs(self, tree):
         """With one replica TensorFlow hands back plain values, not distributed ones."""
@@ -202,7 +200,7 @@ class Strategy(LogicalDevicesMixin):
         return jax.tree_util.tree_map(lambda x: n * jnp.sum(jnp.asarray(x), axis=axis), value)
 
     def _reduce_traced(self, op: ReduceOp, x, axis):
-        local = x._local if is_distributed(x) else jnp.asarray(x)
+        local = local_value(x) if is_distributed(x) else jnp.asarray(x)
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
         axis = axis % max(local.ndim, 1)
@@ -217,6 +215,7 @@ class Strategy(LogicalDevicesMixin):
     def gather(self, value: Any, axis: int):
         """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
         context.require_cross_replica("strategy.gather")
+        value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
         if not _context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
                 return value
@@ -224,8 +223,16 @@ class Strategy(LogicalDevicesMixin):
             return padding.trim_gathered(value, gathered, axis)
         n = self.num_replicas_in_sync
         return _tree_map_distributed(
-            lambda x: collectives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
+            lambda x: collectives.all_gather(local_value(x), axis, n, "Strategy.gather") if is_distributed(x) else x,
             value)
+
+    def _gather_variable(self, axis: int):
+        """A mirrored variable of this strategy gathers as its copies concatenated (TensorFlow)."""
+        def gather(x):
+            if not _is_mirrored_variable(x) or x._strategy is not self:
+                return x
+            return jnp.concatenate([jnp.asarray(x.read_value())] * self.num_replicas_in_sync, axis=axis)
+        return gather
 
     def experimental_local_results(self, value: Any) -> tuple:
         """One value per local replica (a 1-tuple for a plain value)."""
