@@ -207,3 +207,96 @@ def test_captured_value_is_taken_at_trace_time_like_tf_function():
     f = strategy.function(lambda: strategy.run(lambda x: x * x, args=(pr,)))
     for _ in range(2):
         np.testing.assert_allclose(np.stack(strategy.experimental_local_results(f())), [[1.0, 4.0], [9.0, 16.0]])
+
+
+# --- item 6: bad values are errors, not answers ----------------------------------------------
+@pytest.mark.parametrize("axis", [1, 3, -2])
+def test_out_of_range_axis_raises_like_tf(axis):
+    rec = scenario("bad_values_r2")
+    for what in ("reduce_sum", "gather", "all_gather"):
+        assert rec[f"{what}_axis_{axis}"]["error"] == "ValueError"
+    strategy = mirrored(2)
+    x = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.array([1.0, 2.0, 3.0]) * (ctx.replica_id_in_sync_group + 1))
+    calls = {
+        "reduce": lambda: strategy.reduce("SUM", x, axis=axis),
+        "gather": lambda: strategy.gather(x, axis=axis),
+        "all_gather": lambda: strategy.run(lambda v: sx.get_replica_context().all_gather(v, axis=axis), args=(x,)),
+        "reduce_in_function": strategy.function(lambda: strategy.reduce("MEAN", x, axis=axis)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError) as e:
+            call()
+        assert "out of range" in str(e.value), name
+        assert "fix:" in str(e.value)
+
+
+def test_negative_axis_in_range():
+    # TensorFlow's reduce takes axis=-1 (recorded: 18.0); its gather/all_gather fail on any
+    # negative axis (recorded); strategax takes -rank..rank-1 in all three (docs/porting.md).
+    rec = scenario("bad_values_r2")
+    assert rec["gather_axis_-1"]["error"] == "ValueError"
+    strategy = mirrored(2)
+    x = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.array([1.0, 2.0, 3.0]) * (ctx.replica_id_in_sync_group + 1))
+    assert_tensor(strategy.reduce("SUM", x, axis=-1), rec["reduce_sum_axis_-1"])
+    np.testing.assert_allclose(strategy.gather(x, axis=-1), [1.0, 2.0, 3.0, 2.0, 4.0, 6.0])
+
+
+@pytest.mark.parametrize("api", ["reduce", "gather", "all_gather"])
+def test_axis_of_wrong_type_raises_type_error(api):
+    rec = scenario("bad_values_r2")
+    assert rec["reduce_axis_string"]["error"] == "TypeError"
+    strategy = mirrored(2)
+    x = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.ones(3))
+    with pytest.raises(TypeError) as e:
+        if api == "reduce":
+            line = here() + 1
+            strategy.reduce("SUM", x, axis="0")
+        elif api == "gather":
+            line = here() + 1
+            strategy.gather(x, axis="0")
+        else:
+            line = here() + 1
+            strategy.run(lambda v: sx.get_replica_context().all_gather(v, axis="0"), args=(x,))
+    assert "axis must be an int" in str(e.value)
+    assert_names_this_line(e, line)
+
+
+def test_per_replica_with_none_component_raises():
+    # TensorFlow keeps the None (reduce then fails with AttributeError, run hands it over).
+    rec = scenario("bad_values_r2")
+    assert rec["per_replica_none_reduce"]["error"] == "AttributeError"
+    with pytest.raises(ValueError) as e:
+        line = here() + 1
+        sx.PerReplica([None, jnp.float32(1.0)])
+    assert_names_this_line(e, line)
+
+
+@pytest.mark.parametrize("mode", ["run", "function"])
+def test_mirrored_from_differing_components_gives_replica_i_component_i(mode):
+    rec = scenario("bad_values_r2")
+    want = rec["mirrored_differing_run" if mode == "run" else "mirrored_differing_run_tf_function"]
+    strategy = mirrored(2)
+    m = sx.Mirrored([jnp.float32(1.0), jnp.float32(2.0)])
+    if mode == "run":
+        got = strategy.run(lambda v: v * 1.0, args=(m,))
+    else:
+        got = strategy.function(lambda: strategy.run(lambda v: v * 1.0, args=(m,)))()
+    assert type(got).__name__ == want["type"] == "PerReplica"
+    assert_tree(got, want)
+    assert_local_results(strategy, m, rec["mirrored_differing_local_results"])
+
+
+def test_generator_dataset_iterated_twice_raises():
+    strategy = mirrored(2)
+    dist = strategy.experimental_distribute_dataset(np.full((4,), float(i), np.float32) for i in range(3))
+    first = [strategy.experimental_local_results(x) for x in dist]
+    assert [np.asarray(a).tolist() for a, _ in first] == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
+    with pytest.raises(ValueError) as e:
+        line = here() + 1
+        for _ in dist:
+            pass
+    assert_names_this_line(e, line)
+    listed = strategy.experimental_distribute_dataset([np.arange(4.0, dtype=np.float32)])
+    assert len(list(listed)) == len(list(listed)) == 1  # a list iterates again

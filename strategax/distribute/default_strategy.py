@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
+from ..dialects import collectives
 from .reduce_op import ReduceOp
 from .replica_context import DefaultReplicaContext
 from .strategy import Strategy
@@ -26,12 +27,16 @@ class DefaultStrategy(Strategy):
 
     def reduce(self, reduce_op, value: Any, axis: int | None = None):
         op = ReduceOp.parse(reduce_op)
+        collectives.check_axis_type(axis, "strategy.reduce", allow_none=True)
         if axis is None:
             return value
         reducer = jnp.mean if op is ReduceOp.MEAN else jnp.sum
-        return jax.tree_util.tree_map(lambda x: reducer(x, axis=axis), value)
+        return jax.tree_util.tree_map(
+            lambda x: reducer(x, axis=collectives.check_axis(axis, jnp.ndim(x), "strategy.reduce")), value)
 
     def gather(self, value: Any, axis: int):
+        collectives.check_axis_type(axis, "strategy.gather")
+        jax.tree_util.tree_map(lambda x: collectives.check_axis(axis, jnp.ndim(x), "strategy.gather"), value)
         return value
 
     def experimental_local_results(self, value: Any) -> tuple:

@@ -45,6 +45,7 @@ class ReplicaContext:
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
         """Every replica gets all replicas' values concatenated along `axis`."""
+        collectives.check_axis_type(axis, "ReplicaContext.all_gather")
         n = self.num_replicas_in_sync
         return jax.tree_util.tree_map(
             lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
@@ -69,4 +70,5 @@ class DefaultReplicaContext(ReplicaContext):
         return value
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
+        jax.tree_util.tree_map(lambda x: collectives.check_axis(axis, jnp.ndim(x), "ReplicaContext.all_gather"), value)
         return value

@@ -165,6 +165,7 @@ class Strategy(LogicalDevicesMixin):
         """Combine a distributed value (or a pytree of them) across replicas into one value."""
         context.require_cross_replica("strategy.reduce")
         op = ReduceOp.parse(reduce_op)
+        collectives.check_axis_type(axis, "strategy.reduce", allow_none=True)
         leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
         n = self.num_replicas_in_sync
         if not any(is_distributed(x) for x in leaves):
@@ -195,15 +196,18 @@ class Strategy(LogicalDevicesMixin):
                 "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
         if axis is None:
             return value
-        if op is ReduceOp.MEAN:
-            return jax.tree_util.tree_map(lambda x: jnp.mean(jnp.asarray(x), axis=axis), value)
-        return jax.tree_util.tree_map(lambda x: n * jnp.sum(jnp.asarray(x), axis=axis), value)
+
+        def one(x):
+            x = jnp.asarray(x)
+            k = collectives.check_axis(axis, x.ndim, "strategy.reduce")
+            return jnp.mean(x, axis=k) if op is ReduceOp.MEAN else n * jnp.sum(x, axis=k)
+        return jax.tree_util.tree_map(one, value)
 
     def _reduce_traced(self, op: ReduceOp, x, axis):
         local = local_value(x) if is_distributed(x) else jnp.asarray(x)
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        axis = axis % max(local.ndim, 1)
+        axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
         masked = padding.reduce_rows(op.ir_name, local, axis)  # a padded partial batch
         if masked is not None:
             return masked
@@ -215,6 +219,7 @@ class Strategy(LogicalDevicesMixin):
     def gather(self, value: Any, axis: int):
         """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
         context.require_cross_replica("strategy.gather")
+        collectives.check_axis_type(axis, "strategy.gather")
         value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
         if not _context.is_tracing():
             if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):

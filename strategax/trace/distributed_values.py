@@ -27,6 +27,12 @@ class DistributedValues:
         if not values:
             raise DistributionValueError(f"{type(self).__name__} needs at least one component",
                                          "pass one value per replica")
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            raise DistributionValueError(
+                f"component {missing[0]} of this {type(self).__name__} is None (TensorFlow keeps it and "
+                "fails later, or hands None to the replica)", "give every replica a value (an array or a "
+                "pytree of arrays)")
         self._values: tuple | None = values
         self._global = None  # (global jax.Array, layout) when made from a program's output
         self._local = None  # the local tracer while tracing
