@@ -300,3 +300,185 @@ def test_generator_dataset_iterated_twice_raises():
     assert_names_this_line(e, line)
     listed = strategy.experimental_distribute_dataset([np.arange(4.0, dtype=np.float32)])
     assert len(list(listed)) == len(list(listed)) == 1  # a list iterates again
+
+
+# --- item 4: what merge_fn receives ---------------------------------------------------------
+def test_merge_call_regroups_arguments_like_tf():
+    rec = scenario("merge_regroup_r2")
+    strategy = mirrored(2)
+    with strategy.scope():
+        v = sx.Variable(1.0)
+    seen = {}
+
+    def merge_fn(s, py_const, py_int, rid, same_const, var, reduced):
+        seen.update(py_const=type(py_const).__name__, py_const_value=py_const, py_int=type(py_int).__name__,
+                    replica_id=type(rid).__name__, same_const=type(same_const).__name__,
+                    var=type(var).__name__, var_is_v=var is v, mirrored_value=type(reduced).__name__)
+        return py_const
+
+    @strategy.function
+    def step():
+        def fn():
+            ctx = sx.get_replica_context()
+            rid = ctx.replica_id_in_sync_group.astype(jnp.float32)
+            reduced = ctx.all_reduce("SUM", rid + 1.0)
+            return ctx.merge_call(merge_fn, args=(3.0, 4, rid, jnp.float32(5.0), v, reduced))
+        return strategy.run(fn)
+
+    out = step()
+    assert_local_results(strategy, out, [rec["result"]] * 2)
+    # Python values arrive as themselves, the variable as itself, replica-local arrays (also an
+    # all_reduce result and a constant made in the replica function) as PerReplica.
+    assert seen == rec["merge_fn_saw"]
+
+
+def test_merge_call_update_idiom():
+    rec = scenario("merge_regroup_r2")
+    strategy = mirrored(2)
+    with strategy.scope():
+        w = sx.Variable(10.0)
+
+    def update_fn(s, var, value):
+        return s.extended.update(var, lambda x, d: x.assign_add(d), args=(value,))
+
+    @strategy.function
+    def update_step():
+        return strategy.run(lambda: sx.get_replica_context().merge_call(update_fn, args=(w, 2.0)))
+
+    assert_local_results(strategy, update_step(), rec["update_idiom"]["values"])
+    assert_local_results(strategy, w, rec["update_idiom_var"])
+
+
+# --- item 5: variables -----------------------------------------------------------------------
+@pytest.mark.parametrize("agg", ["sum", "mean"])
+@pytest.mark.parametrize("n", [2, 4])
+def test_update_sync_on_read_with_per_replica_argument(n, agg):
+    rec = scenario(f"variables_update_r{n}")[f"sync_on_read_{agg}_update_per_replica"]
+    strategy = mirrored(n)
+    with strategy.scope():
+        v = sx.Variable(0.0, synchronization=sx.VariableSynchronization.ON_READ,
+                        aggregation=sx.VariableAggregation.SUM if agg == "sum" else sx.VariableAggregation.MEAN)
+    pr = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.float32(10.0 * (ctx.replica_id_in_sync_group + 1)))
+    update = (lambda x, d: x.assign(d)) if agg == "sum" else (lambda x, d: x.assign_add(d))
+    returned = strategy.extended.update(v, update, args=(pr,))
+    # TensorFlow labels the differing results Mirrored; strategax PerReplica (same numbers).
+    assert_local_results(strategy, returned, rec["returned"]["values"])
+    assert_local_results(strategy, v, rec["after"])
+    assert_tensor(v.read_value(), rec["read"])
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_update_returns_one_result_per_replica(n):
+    rec = scenario(f"variables_update_r{n}")
+    strategy = mirrored(n)
+    with strategy.scope():
+        m = sx.Variable(1.0)
+    ext = strategy.extended
+    got = ext.update(m, lambda x, d: x.assign_add(d), args=(1.0,), group=True)
+    want = rec["update_group_True_eager"]
+    assert type(got).__name__ == want["type_tree"] == "Mirrored"
+    assert_tree(got, want["value"])
+    f = strategy.function(lambda: ext.update(m, lambda x, d: x.assign_add(d) * 1.0, args=(1.0,)))
+    # TensorFlow's tf.function hands back one tensor; strategax keeps the Mirrored (same numbers)
+    for c in strategy.experimental_local_results(f()):
+        assert_tensor(c, rec["update_group_True_tf_function"]["value"])
+    got = ext.update(m, lambda x, d: x.assign_add(d), args=(1.0,), group=False)
+    assert isinstance(got, tuple) and len(got) == len(rec["update_group_False_eager"]["value"]) == n
+    assert_tree(list(got), rec["update_group_False_eager"]["value"])
+    g = strategy.function(lambda: ext.update(m, lambda x, d: x.assign_add(d) * 1.0, args=(1.0,), group=False))
+    assert_tree(list(g()), rec["update_group_False_tf_function"]["value"])
+    assert_local_results(strategy, m, rec["mirrored_after_updates"])
+
+
+def test_update_mirrored_with_per_replica_argument_raises():
+    # TensorFlow gives copy i component i, so the "mirrored" copies differ (recorded); strategax
+    # raises (docs/porting.md 6.2).
+    rec = scenario("variables_update_r2")["mirrored_update_per_replica"]
+    assert [r["value"] for r in rec["after"]] == [10.0, 20.0]
+    strategy = mirrored(2)
+    with strategy.scope():
+        m = sx.Variable(1.0)
+    pr = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.float32(10.0 * (ctx.replica_id_in_sync_group + 1)))
+    with pytest.raises(ValueError) as e:
+        line = here() + 1
+        strategy.extended.update(m, lambda x, d: x.assign(d), args=(pr,))
+    assert "fix:" in str(e.value) and "test_tf_semantics.py" in str(e.value)
+    assert_local_results(strategy, m, [{"dtype": "float32", "shape": [], "value": 1.0}] * 2)
+    del line
+
+
+@pytest.mark.parametrize("sync", ["ON_WRITE", "ON_READ"])
+def test_integer_mean_distributed_variable_raises(sync):
+    rec = scenario("variables_update_r2")
+    assert rec["create_int_mean_mirrored"]["error"] == rec["create_int_mean_sync_on_read"]["error"] == "ValueError"
+    strategy = mirrored(2)
+    with strategy.scope():
+        with pytest.raises(ValueError) as e:
+            line = here() + 1
+            sx.Variable(1, synchronization=getattr(sx.VariableSynchronization, sync), aggregation=sx.VariableAggregation.MEAN)
+    assert_names_this_line(e, line)
+
+
+@pytest.mark.parametrize("agg", ["SUM", "ONLY_FIRST_REPLICA"])
+def test_integer_variable_replica_updates(agg):
+    rec = scenario("variables_update_r2")
+    key = "int_sum" if agg == "SUM" else "int_only_first"
+    strategy = mirrored(2)
+    with strategy.scope():
+        v = sx.Variable(1, aggregation=getattr(sx.VariableAggregation, agg))
+    out = strategy.function(lambda: strategy.run(
+        lambda: v.assign_add(sx.get_replica_context().replica_id_in_sync_group + 1)))()
+    assert_local_results(strategy, out, rec[f"{key}_replica_update"]["values"])
+    assert_local_results(strategy, v, rec[f"{key}_after"])
+
+
+ASSIGN_CASES = {
+    "scalar_into_3": ("f3", lambda: 5.0),
+    "2.7_into_int32": ("i32", lambda: 2.7),
+    "int_into_int32": ("i32", lambda: 4),
+    "1x2_into_3x2": ("f32x2", lambda: jnp.ones([1, 2])),
+    "3_into_3": ("f3", lambda: jnp.array([4.0, 5.0, 6.0])),
+    "list_into_3": ("f3", lambda: [7.0, 8.0, 9.0]),
+}
+
+
+@pytest.mark.parametrize("kind", ["plain", "mirrored"])
+@pytest.mark.parametrize("case", sorted(ASSIGN_CASES))
+def test_assign_checks_shape_and_dtype(kind, case):
+    rec = scenario("variables_assign_checks_r2")[f"{kind}_{case}"]
+    strategy = mirrored(2)
+
+    def make():
+        return {"f3": sx.Variable([1.0, 2.0, 3.0]), "i32": sx.Variable(1),
+                "f32x2": sx.Variable(jnp.zeros([3, 2])), "f64": sx.Variable(np.float32(1.0))}
+    if kind == "plain":
+        vs = make()
+    else:
+        with strategy.scope():
+            vs = make()
+    key, value = ASSIGN_CASES[case]
+    var = vs[key]
+    if "error" in rec["result"]:
+        with pytest.raises(Exception) as e:
+            line = here() + 1
+            var.assign(value())
+        assert isinstance(e.value, {"ValueError": ValueError, "TypeError": TypeError}[rec["result"]["error"]])
+        assert_names_this_line(e, line)
+    else:
+        var.assign(value())
+    assert_tensor(var.read_value(), rec["after"])
+
+
+def test_replica_context_assign_of_wrong_shape_raises():
+    rec = scenario("variables_assign_checks_r2")
+    assert rec["mirrored_replica_scalar_into_3"]["error"] == "ValueError"
+    strategy = mirrored(2)
+    with strategy.scope():
+        v = sx.Variable([1.0, 2.0, 3.0], aggregation=sx.VariableAggregation.MEAN)
+    line = here() + 1
+    f = strategy.function(lambda: strategy.run(lambda: v.assign(5.0)))
+    with pytest.raises(ValueError) as e:
+        f()
+    assert_names_this_line(e, line)

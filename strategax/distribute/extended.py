@@ -11,12 +11,13 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..dialects import collectives
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
 from .reduce_op import ReduceOp
+from .replica_context import ReplicaContext
 
 
 def _is_device_string(destinations) -> bool:
@@ -158,22 +159,39 @@ class StrategyExtended:
         return Mirrored(tuple(jax.device_put(jnp.asarray(tensor), d) for d in self._strategy._devices))
 
     # --- updates ---------------------------------------------------------------------------
-    def _update_args(self, args: Any) -> Any:
+    def _update_args(self, args: Any, per_replica_ok: bool = False) -> Any:
         def unwrap(x):
-            if isinstance(x, PerReplica):
+            if isinstance(x, PerReplica) and not per_replica_ok:
                 raise DistributionValueError(
                     "a PerReplica value was passed to extended.update: every copy of a mirrored "
                     "variable must receive the same value",
                     "reduce it first (extended.reduce_to / batch_reduce_to)")
             if is_distributed(x):
-                return x._local if x._local is not None else x.values[0]
+                return local_value(x) if _context.is_tracing() else x.values[0]
             return x
         return jax.tree_util.tree_map(unwrap, args, is_leaf=is_distributed)
 
     def update(self, var, fn: Callable, args=(), kwargs=None, group: bool = True):
-        """Run `fn(var, *args, **kwargs)` in cross-replica (update) context; args must be mirrored."""
+        """Run `fn(var, *args, **kwargs)` in update context and return one result per replica (a
+        Mirrored for `group=True`, a tuple otherwise), as TensorFlow. A PerReplica argument
+        gives copy i of a sync-on-read variable component i; for a mirrored variable it must be
+        provably the same on every replica (inside a compiled function) or be reduced first."""
         context.require_cross_replica("extended.update")
-        args, kwargs = self._update_args((tuple(args), kwargs or {}))
+        if not callable(fn):
+            raise DistributionTypeError(f"extended.update: fn must be callable, not {type(fn).__name__}",
+                                        "pass a function fn(var, *args) that updates the variable")
+        kwargs = kwargs or {}
+        per_replica = any(isinstance(x, PerReplica) for x in
+                          jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_distributed))
+        if per_replica and not _context.is_tracing():  # one compiled program gives each copy its part
+            return self._strategy.function(
+                lambda a, k: self.update(var, fn, a, k, group), name="update")(tuple(args), kwargs)
+        local = per_replica and getattr(var, "_per_replica", False)  # a sync-on-read variable
+        args, kwargs = self._update_args((tuple(args), kwargs), per_replica_ok=_context.is_tracing())
+        if local:  # each replica writes its own copy, as TensorFlow's per-device update
+            with _context.push(self._strategy, ReplicaContext(self._strategy)):
+                result = fn(var, *args, **kwargs)
+            return self._group(result, group, PerReplica)
         with _context.push(self._strategy):
             result = fn(var, *args, **kwargs)
         return self._group(result, group)
@@ -186,11 +204,25 @@ class StrategyExtended:
             result = fn(*args, **kwargs)
         return self._group(result, group)
 
-    def _group(self, result, group: bool):
-        if group:
-            return result
+    def _group(self, result, group: bool, cls=Mirrored):
+        """One result per replica, as TensorFlow: `cls` values for group=True (a plain value
+        with one replica), else a tuple with one result per replica."""
         n = self._strategy.num_replicas_in_sync
-        return tuple(result for _ in range(n))
+        if result is None:
+            return None
+
+        def one(x):
+            if is_distributed(x) or getattr(x, "_is_variable", False) or not hasattr(x, "dtype"):
+                return x
+            if _context.is_tracing():
+                return cls._traced(x)
+            return cls(tuple(x for _ in range(n)))
+        if not group:
+            per = jax.tree_util.tree_map(one, result, is_leaf=is_distributed) if cls is PerReplica else result
+            return tuple(per for _ in range(n))
+        if n == 1 and cls is Mirrored:
+            return result
+        return jax.tree_util.tree_map(one, result, is_leaf=is_distributed)
 
     # --- variables -------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -194,8 +194,8 @@ class Strategy(LogicalDevicesMixin):
                 f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} replicas "
                 "(TensorFlow raises here too: the sum is ambiguous)",
                 "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
-        if axis is None:
-            return value
+        if axis is None:  # a variable gives its value, as TensorFlow's reduce of one
+            return jax.tree_util.tree_map(lambda x: x.read_value() if getattr(x, "_is_variable", False) else x, value)
 
         def one(x):
             x = jnp.asarray(x)
@@ -241,6 +241,11 @@ class Strategy(LogicalDevicesMixin):
 
     def experimental_local_results(self, value: Any) -> tuple:
         """One value per local replica (a 1-tuple for a plain value)."""
+        if getattr(value, "_is_variable", False) and isinstance(value, DistributedValues):
+            if not _context.is_tracing():
+                return tuple(value.values)  # the copies, as TensorFlow
+            if _is_mirrored_variable(value):
+                return (value.read_value(),) * self.num_replicas_in_sync
         if is_distributed(value):
             if value._local is not None:
                 return self._local_results_traced(value)

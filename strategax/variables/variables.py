@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _context
 from ..dialects import variables as var_ops
-from ..errors import DistributionRuntimeError, DistributionValueError
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
 from . import buffers
@@ -72,6 +72,12 @@ class Variable:
         self._name = name or "Variable"  # TensorFlow's default (IR symbols are made unique)
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
+        if self._strategy is not None and self._aggregation is VariableAggregation.MEAN \
+                and not jnp.issubdtype(self._dtype, jnp.floating):
+            raise DistributionValueError(
+                f"a distributed variable with aggregation=MEAN and the non-floating dtype "
+                f"{np.dtype(self._dtype).name} (TensorFlow 2.21 raises too: a mean would be truncated)",
+                "use a float dtype, or aggregation=SUM or ONLY_FIRST_REPLICA")
         make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
         self._store = make(self, array) if make is not None else buffers.VarBuffer(self, array)
         self._symbol = var_ops.new_symbol(self)  # its name in IR modules
@@ -158,7 +164,37 @@ class Variable:
             value = value._local if value._local is not None else value.values[0]
         if isinstance(value, Variable):
             value = value.read_value()
-        return jnp.broadcast_to(jnp.asarray(value, self._dtype), self._shape)
+        return self._checked_value(value, kind)
+
+    def _checked_value(self, value, kind: str):
+        """`value` as this variable's dtype, checked as TensorFlow checks `assign`: the same shape
+        (no broadcasting), and no float-to-integer truncation."""
+        target = np.dtype(self._dtype)
+        source = getattr(value, "dtype", None)
+        if source is None:  # a Python value: TensorFlow converts it to the variable's dtype
+            if target.kind in "iub" and any(isinstance(x, float) and not float(x).is_integer()
+                                            for x in jax.tree_util.tree_leaves(value)):
+                raise DistributionTypeError(
+                    f"{kind} of {value!r} to {target.name} variable {self._name!r} would truncate it "
+                    "(TensorFlow: cannot convert to the variable's dtype)",
+                    "pass an integer value, or create the variable with a float dtype")
+            array = jnp.asarray(value, target)
+        else:
+            source = np.dtype(source)
+            if source != target and (target.kind in "iub" and source.kind in "fc"
+                                     or target.kind == "f" and source.kind == "c"):
+                raise DistributionTypeError(
+                    f"{kind} of a {source.name} value to {target.name} variable {self._name!r} would "
+                    "drop its fraction (TensorFlow raises on a dtype mismatch)",
+                    f"cast the value yourself (e.g. jnp.round(x).astype('{target.name}')), or create the "
+                    "variable with the value's dtype")
+            array = jnp.asarray(value).astype(target) if source != target else jnp.asarray(value)
+        if tuple(array.shape) != tuple(self._shape):
+            raise DistributionValueError(
+                f"{kind} of a value of shape {tuple(array.shape)} to variable {self._name!r} of shape "
+                f"{tuple(self._shape)} (TensorFlow: shapes are incompatible; there is no broadcasting)",
+                f"give a value of shape {tuple(self._shape)} (e.g. jnp.full({tuple(self._shape)}, x))")
+        return array
 
     def _update(self, kind: str, value):
         ctx = _context_name()

@@ -198,7 +198,9 @@ def merge_regroup(tf, n):
 def variables_update(tf, n):
     """extended.update on a sync-on-read variable with a PerReplica argument (component i =
     10*(i+1)); what extended.update returns for group=True/False on a mirrored variable
-    (eager and tf.function); a per-replica update of an int32 MEAN mirrored variable."""
+    (eager and tf.function); creating an int32 MEAN distributed variable; per-replica updates
+    of int32 SUM / ONLY_FIRST_REPLICA mirrored variables; extended.update of a mirrored
+    variable with a PerReplica argument."""
     st = mirrored(tf, n)
     ext = st.extended
     VS, VA = tf.VariableSynchronization, tf.VariableAggregation
@@ -206,10 +208,12 @@ def variables_update(tf, n):
         sor = tf.Variable(0.0, synchronization=VS.ON_READ, aggregation=VA.SUM)
         sor_mean = tf.Variable(0.0, synchronization=VS.ON_READ, aggregation=VA.MEAN)
         m = tf.Variable(1.0)
-        m_int_mean = tf.Variable(1, aggregation=VA.MEAN)
         m_int_sum = tf.Variable(1, aggregation=VA.SUM)
+        m_int_only_first = tf.Variable(1, aggregation=VA.ONLY_FIRST_REPLICA)
+        out = {"create_int_mean_mirrored": attempt(lambda: tf.Variable(1, aggregation=VA.MEAN)),
+               "create_int_mean_sync_on_read": attempt(
+                   lambda: tf.Variable(1, synchronization=VS.ON_READ, aggregation=VA.MEAN))}
     pr = _per_replica(tf, st, lambda i: tf.constant(10.0 * (i + 1)))
-    out = {}
     out["sync_on_read_sum_update_per_replica"] = {
         "returned": attempt(ext.update, sor, lambda x, d: x.assign(d), args=(pr,)),
         "after": local(st, sor), "read": attempt(sor.read_value)}
@@ -237,23 +241,24 @@ def variables_update(tf, n):
     out["mirrored_after_updates"] = local(st, m)
 
     @tf.function
-    def int_mean_step():
-        def fn():
-            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
-            return m_int_mean.assign_add(rid + 1)
-        return st.run(fn)
-
-    @tf.function
     def int_sum_step():
         def fn():
             rid = tf.distribute.get_replica_context().replica_id_in_sync_group
             return m_int_sum.assign_add(rid + 1)
         return st.run(fn)
-    out["int_mean_replica_update"] = attempt(int_mean_step)
-    out["int_mean_after"] = local(st, m_int_mean)
+
+    @tf.function
+    def int_only_first_step():
+        def fn():
+            rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+            return m_int_only_first.assign_add(rid + 1)
+        return st.run(fn)
+    out["int_only_first_replica_update"] = attempt(int_only_first_step)
+    out["int_only_first_after"] = local(st, m_int_only_first)
     out["int_sum_replica_update"] = attempt(int_sum_step)
     out["int_sum_after"] = local(st, m_int_sum)
-    out["int_mean_cross_replica_assign_add"] = attempt(m_int_mean.assign_add, 2)
+    out["mirrored_update_per_replica"] = {
+        "returned": attempt(ext.update, m, lambda x, d: x.assign(d), args=(pr,)), "after": local(st, m)}
     return out
 
 
