@@ -56,6 +56,16 @@ def test_variables_from_different_unseeded_values_start_as_worker_zeros(features
     assert w0["trained"] == w1["trained"]
 
 
+def test_a_sync_on_read_variable_reads_its_aggregate_over_every_worker(features):
+    # Intent: a cross-replica read of a sync-on-read variable aggregates the copies of every
+    # worker, not only this process's (TensorFlow all-reduces across the job): replica 0 (worker
+    # 0) added 1 and replica 1 (worker 1) added 2, so SUM reads 3, MEAN 1.5 and
+    # ONLY_FIRST_REPLICA replica 0's 1 on both workers.
+    _, results = features
+    for r in results:
+        assert r["sync_on_read"] == {"SUM": 3.0, "MEAN": 1.5, "ONLY_FIRST_REPLICA": 1.0}
+
+
 def test_each_worker_reads_its_share_of_the_input_as_tensorflow_does(features):
     # Intent: experimental_distribute_dataset under every AutoShardPolicy (set through
     # sx.InputOptions) gives each worker the batches TensorFlow 2.21 gave the same worker of a

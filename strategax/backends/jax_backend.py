@@ -99,6 +99,13 @@ class Executable:
     def lower(self, *global_args):
         return self.jitted.lower(*global_args)
 
+    def export(self, global_args: Sequence, platforms: Sequence[str]):
+        """The program lowered for `platforms` (e.g. ("tpu", "cuda")) as a serializable
+        `jax.export.Exported`; no device of those platforms is needed."""
+        specs = [jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=lay.sharding)
+                 for x, lay in zip(global_args, self.in_layouts)]
+        return jax.export.export(self.jitted, platforms=tuple(platforms))(*specs)
+
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
     """The 1-D mesh of the replicas, axis "replica"."""

@@ -1,5 +1,6 @@
-"""`strategax-dump [--out DIR] SCRIPT.py [ARGS...]`: run a script and write, for every function
-it compiles, the IR before and after each pass, the lowered StableHLO, the compiled HLO,
+"""`strategax-dump [--out DIR] [--platforms tpu,cuda] SCRIPT.py [ARGS...]`: run a script and write,
+for every function it compiles, the IR before and after each pass, the lowered StableHLO, the
+compiled HLO, the program exported for each of `--platforms` (no such hardware needed),
 `summary.txt` and a DOT graph (see `strategax.trace.dump`)."""
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ..trace.dump import ENV
+from ..trace.dump import ENV, PLATFORMS_ENV, check_platforms
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="strategax-dump", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="strategax-dump", help="folder to write (default ./strategax-dump)")
+    ap.add_argument("--platforms", default="",
+                    help="also export each program for these platforms, comma-separated (e.g. tpu,cuda)")
     ap.add_argument("script", help="the Python script to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = ap.parse_args(argv)
@@ -28,7 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"strategax-dump: error: --out {args.out} is not a folder strategax-dump can write "
               f"to ({e.strerror or e})", file=sys.stderr)
         return 1
+    try:
+        platforms = check_platforms(args.platforms) if args.platforms.strip() else ()
+    except ValueError as e:
+        print(f"strategax-dump: error: --platforms: {e}", file=sys.stderr)
+        return 1
     os.environ[ENV] = str(out)
+    os.environ[PLATFORMS_ENV] = ",".join(platforms)
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, str(Path(args.script).resolve().parent))
     try:

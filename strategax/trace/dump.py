@@ -1,7 +1,9 @@
 """`STRATEGAX_DUMP_TO=DIR`: write what the compiler did for every function it compiles.
 
 Per compiled function, a folder `DIR/NNN_name/` with the traced IR, the IR after each pass,
-the lowered StableHLO, the compiled HLO, `summary.txt` (each collective with its bytes, reason
+the lowered StableHLO, the compiled HLO, with STRATEGAX_DUMP_PLATFORMS=tpu,cuda the program
+exported for each of those platforms (`exported.PLATFORM.stablehlo.mlir` and the serialized
+`jax.export.Exported` as `exported.PLATFORM.bin`), `summary.txt` (each collective with its bytes, reason
 and user line; bytes moved per replica per step; compile time per phase) and the dataflow
 graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
 The dump is a side output: when it cannot be written (the path is a file, the folder is
@@ -24,6 +26,8 @@ from ..ir.analysis import collective_stats
 from .graph import module_graph, to_dot
 
 ENV = "STRATEGAX_DUMP_TO"
+PLATFORMS_ENV = "STRATEGAX_DUMP_PLATFORMS"  # e.g. "tpu,cuda": also export the program for each
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
 SVG_OP_LIMIT = 2000  # larger graphs are written as DOT only
 _counter = itertools.count()
 _UNWRITABLE: set[Path] = set()  # dump folders that failed once: warned about, not tried again
@@ -33,6 +37,24 @@ def dump_dir() -> Path | None:
     """The dump folder when STRATEGAX_DUMP_TO is set, else None."""
     where = os.environ.get(ENV)
     return Path(where) if where else None
+
+
+def check_platforms(platforms) -> tuple[str, ...]:
+    """`platforms` as a tuple of jax.export platform names; a ValueError names a wrong one."""
+    if isinstance(platforms, str):
+        platforms = tuple(p for p in platforms.split(",") if p)
+    platforms = tuple(p.strip().lower() for p in platforms)
+    bad = [p for p in platforms if p not in PLATFORMS]
+    if bad or not platforms:
+        raise ValueError(f"cannot export for platform(s) {bad or list(platforms)}: the platforms are "
+                         f"{', '.join(PLATFORMS)} (\"gpu\" is \"cuda\" or \"rocm\")")
+    return platforms
+
+
+def dump_platforms() -> tuple[str, ...]:
+    """The platforms named by STRATEGAX_DUMP_PLATFORMS (none when unset)."""
+    where = os.environ.get(PLATFORMS_ENV, "")
+    return check_platforms(where) if where.strip() else ()
 
 
 def compile_dumped(function, sig, compile_fn):
@@ -76,6 +98,13 @@ def write_dump(folder: Path, compiled, sig, snapshots: dict[str, str], timings: 
     hlo = lowered.compile().as_text()
     phases["XLA compile"] = time.perf_counter() - start
     (folder / "compiled.hlo.txt").write_text(hlo)
+    args = compiled.global_args(sig)
+    for platform in dump_platforms():  # the program for hardware this machine may not have
+        start = time.perf_counter()
+        exported = compiled.executable.export(args, (platform,))
+        phases[f"export for {platform}"] = time.perf_counter() - start
+        (folder / f"exported.{platform}.stablehlo.mlir").write_text(exported.mlir_module())
+        (folder / f"exported.{platform}.bin").write_bytes(exported.serialize())
     stats = collective_stats(compiled.module)
     (folder / "summary.txt").write_text(summary(compiled.module, stats, phases))
     graph = module_graph(compiled.module)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,7 @@ from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
 from . import dump
+from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
 from .outline import rewrite
@@ -206,11 +207,23 @@ class StrategyFunction:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
         return snapshots[stage]
 
-    def lowered(self, *args, **kwargs):
+    def _lowering_args(self, args, kwargs) -> tuple[_Compiled, list]:
         compiled, sig = self._specialization(args, kwargs)
         if compiled.inputs is not None:  # stand-ins: lowering takes no batch from the iterators
             sig.inputs = compiled.inputs.abstract(compiled.in_layouts[len(compiled.dynamic):])
-        return compiled.executable.lower(*compiled.global_args(sig))
+        return compiled, compiled.global_args(sig)
+
+    def lowered(self, *args, **kwargs):
+        compiled, global_args = self._lowering_args(args, kwargs)
+        return compiled.executable.lower(*global_args)
+
+    def export(self, *args, platforms: Sequence[str] = ("tpu", "cuda"), **kwargs):
+        """The program for these arguments lowered for `platforms` without their hardware: a
+        serializable `jax.export.Exported` (`.serialize()`, `.mlir_module()`) over as many devices
+        as the strategy's mesh, holding exactly the IR's collectives."""
+        platforms = check_platforms(platforms)
+        compiled, global_args = self._lowering_args(args, kwargs)
+        return compiled.executable.export(global_args, platforms)
 
     def stablehlo(self, *args, **kwargs) -> str:
         """The StableHLO text handed to XLA (before XLA's own optimisations)."""

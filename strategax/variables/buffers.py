@@ -72,10 +72,13 @@ class VarBuffer:
         return tuple(self.layout.components(self.array))
 
     def eager_read(self):
-        """Cross-replica value: any copy of a mirrored variable, the aggregate of a sync-on-read one."""
+        """Cross-replica value: any copy of a mirrored variable, the aggregate of a sync-on-read one
+        (over every worker of a multi-worker job: every process must read it, as in TensorFlow)."""
         comps = self.components()
         if self.layout is None or not self.layout.per_replica:
             return comps[0]
+        if not self.array.is_fully_addressable:  # multi-worker: aggregate over every process
+            return self.global_value().addressable_shards[0].data
         agg = self.var.aggregation
         if agg is VariableAggregation.ONLY_FIRST_REPLICA:
             return comps[0]

@@ -1,6 +1,6 @@
 """One worker of a job (tests/test_multi_worker_safety.py) that reports, as one JSON line:
 the addresses this process listens on, the variables it created from its own unseeded values
-(and their values after one optimizer step), and its share of the input under each
+(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and its share of the input under each
 AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json.
 """
 import json
@@ -66,6 +66,25 @@ def train_step():
 
 
 train_step()
+
+# --- sync-on-read variables: each replica adds its id + 1 (worker 0: 1, worker 1: 2) -------------
+with strategy.scope():
+    on_read = {agg: sx.Variable(0.0, synchronization=sx.VariableSynchronization.ON_READ,
+                                aggregation=getattr(sx.VariableAggregation, agg), name=f"on_read_{agg}")
+               for agg in ("SUM", "MEAN", "ONLY_FIRST_REPLICA")}
+
+
+@strategy.function
+def add_replica_ids():
+    def step():
+        rid = sx.get_replica_context().replica_id_in_sync_group
+        for v in on_read.values():
+            v.assign_add(jnp.asarray(rid, jnp.float32) + 1.0)
+    strategy.run(step)
+
+
+add_replica_ids()
+sync_on_read = {agg: float(v.read_value()) for agg, v in on_read.items()}
 trained = {"w": [np.asarray(c).tolist() for c in w.values],
            "slots": [np.asarray(s.read_value()).tolist() for _, _, s in optimizer.slot_variables()]}
 
@@ -97,5 +116,5 @@ from_function = [[np.asarray(c).tolist() for c in strategy.experimental_local_re
 print(json.dumps({
     "task_index": strategy.cluster_resolver.task_id, "address": strategy.cluster_resolver.master(),
     "listening": listening(), "own": {"w": own["w"].tolist(), "count": own["count"]}, "initial": initial,
-    "trained": trained, "cases": cases, "from_function": {"contexts": contexts, "steps": from_function},
+    "trained": trained, "sync_on_read": sync_on_read, "cases": cases, "from_function": {"contexts": contexts, "steps": from_function},
 }), flush=True)
