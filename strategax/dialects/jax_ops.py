@@ -12,38 +12,19 @@ from jax import core as jax_core
 from jax.extend import core as jex_core
 
 from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
+from ..ir.attributes import find_primitive, register_primitive
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(
     {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
      "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint", "name"})
 
-_PRIMITIVES: dict[str, jex_core.Primitive] = {}
-_jax_primitives_loaded = False
-
-
-def register_primitive(prim: jex_core.Primitive) -> None:
-    """Make a JAX primitive findable by name (the importer calls this for every one it meets)."""
-    _PRIMITIVES.setdefault(prim.name, prim)
-
-
-def _load_jax_primitives() -> None:
-    global _jax_primitives_loaded
-    from jax.extend.core import primitives
-
-    _jax_primitives_loaded = True
-    for value in vars(primitives).values():
-        if isinstance(value, jex_core.Primitive):
-            register_primitive(value)
-
 
 def _resolve(name: str) -> OpDef | None:
     """The declaration of `jax.<primitive>` for a primitive JAX knows."""
     if not name.startswith("jax."):
         return None
-    if not _jax_primitives_loaded:
-        _load_jax_primitives()
-    prim = _PRIMITIVES.get(name[4:])
+    prim = find_primitive(name[4:])
     if prim is None or prim.name in INLINED_PRIMITIVES:
         return None
     return OpDef(name, f"JAX primitive `{prim.name}`", primitive=prim,

@@ -15,6 +15,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend import core as jex_core
 
 from .types import DTYPE_NAMES, TensorType, dtype_name
 
@@ -86,6 +87,31 @@ RECORDS: dict[str, type] = {
 }
 
 
+# Primitives an attribute may name (`#primitive<"ge">`, e.g. the `select_prim` of the
+# `select_and_scatter_add` that max pooling's gradient makes): JAX's own, found through
+# `jax.extend.core.primitives`, and any other one the importer has met in this process.
+_PRIMITIVES: dict[str, jex_core.Primitive] = {}
+_jax_primitives_loaded = False
+
+
+def register_primitive(prim: jex_core.Primitive) -> None:
+    """Make `prim` findable by name, for `#primitive<"name">` and for `jax.<name>` ops."""
+    _PRIMITIVES.setdefault(prim.name, prim)
+
+
+def find_primitive(name: str) -> jex_core.Primitive | None:
+    """The primitive called `name`: one JAX exports or one registered; None if there is none."""
+    global _jax_primitives_loaded
+    if not _jax_primitives_loaded:
+        from jax.extend.core import primitives
+
+        _jax_primitives_loaded = True
+        for value in vars(primitives).values():
+            if isinstance(value, jex_core.Primitive):
+                register_primitive(value)
+    return _PRIMITIVES.get(name)
+
+
 def record_fields(value: Any) -> list[str]:
     """The field names of a whitelisted record, in constructor order."""
     if hasattr(value, "_fields"):
@@ -105,6 +131,10 @@ def normalize(value: Any, where: str = "attribute") -> Any:
         return float(value)
     if isinstance(value, enum.Enum) and type(value).__name__ in ENUMS:
         return value
+    if isinstance(value, jex_core.Primitive):
+        register_primitive(value)
+        if find_primitive(value.name) is value:
+            return value
     if type(value).__name__ in RECORDS and isinstance(value, RECORDS[type(value).__name__]):
         return type(value)(*[normalize(getattr(value, f), where) for f in record_fields(value)])
     if isinstance(value, tuple):
@@ -212,6 +242,8 @@ def format_attr(value: Any) -> str:
         return dtype_name(value)
     if isinstance(value, enum.Enum):
         return f"#{type(value).__name__}.{value.name}"
+    if isinstance(value, jex_core.Primitive):
+        return f"#primitive<{format_string(value.name)}>"
     if type(value).__name__ in RECORDS:
         inner = ", ".join(f"{f} = {format_attr(getattr(value, f))}" for f in record_fields(value))
         return f"#{type(value).__name__}{{{inner}}}"

@@ -291,6 +291,16 @@ class _Parser:
         raise self.error(f"expected an attribute value, found {text or 'end of input'!r}", pos)
 
     def parse_hash(self, name: str, pos: int) -> Any:
+        if name == "primitive":  # #primitive<"ge">: a JAX primitive, by name
+            self.expect("<")
+            kind, text, spos = self.next()
+            if kind != "string":
+                raise self.error(f"expected a primitive's name in quotes, found {text!r}", spos)
+            prim = A.find_primitive(self.string(text, spos))
+            if prim is None:
+                raise self.error(f"unknown primitive {text}", spos)
+            self.expect(">")
+            return prim
         if "." in name:
             cls_name, _, member = name.partition(".")
             cls = A.ENUMS.get(cls_name)

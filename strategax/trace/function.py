@@ -19,6 +19,7 @@ from . import dump
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
+from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
                         leaf_type, signature)
@@ -26,6 +27,7 @@ from .takes import TraceInputs
 from .var_session import VarSession
 
 log = logging.getLogger("strategax")
+KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 class _Compiled:
@@ -48,7 +50,7 @@ class _Compiled:
         for i, layout in zip(self.dynamic, self.in_layouts):
             x, kind = sig.leaves[i], sig.kinds[i]
             if kind == ARRAY:
-                out.append(x)
+                out.append(key_data(x))
             elif x._global is not None and x._global[1].mesh is layout.mesh:
                 array = x._global[0]
                 if layout.logical_axes is not None and array.sharding != layout.sharding:
@@ -80,6 +82,10 @@ class _Compiled:
         for kind, index in self.out_plan:
             if kind == STATIC:
                 leaves.append(index)
+                continue
+            if kind == KEY:
+                index, impl = index
+                leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
             if layout.per_replica:
@@ -132,6 +138,8 @@ class StrategyFunction:
             leaves = list(sig.leaves)
             for i, v in zip(dynamic, values):
                 kind = sig.kinds[i]
+                if kind == ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
+                    v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
@@ -157,6 +165,9 @@ class StrategyFunction:
                     arrays.append(leaf._local)
                 elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
                     plan.append((STATIC, leaf))
+                elif is_key(leaf):  # a typed PRNG key out: its data, wrapped again after the call
+                    plan.append((KEY, (len(arrays), jax.random.key_impl(leaf))))
+                    arrays.append(jax.random.key_data(leaf))
                 else:
                     plan.append((ARRAY, len(arrays)))
                     arrays.append(jnp.asarray(leaf))

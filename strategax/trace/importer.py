@@ -5,14 +5,17 @@ import os
 import sysconfig
 from typing import Any, Sequence
 
+import jax
 import numpy as np
 from jax._src import source_info_util
 from jax.extend import core as jex
 
 from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive
 from ..dialects.control_flow import region_writes
+from ..errors import StrategaxError
 from ..ir import Block, Func, Location, Operation, TensorType, Value
 from ..ir.attributes import normalize
+from .keys import is_key, key_data, physical_aval, physical_rule
 
 # An op's location is the first frame outside strategax, JAX and installed libraries (optax...),
 # i.e. the user's line that led to it.
@@ -30,7 +33,17 @@ class ImportError_(TypeError):
     """A traced program uses something the strategax IR cannot hold."""
 
 
+class UnrepresentableError(StrategaxError, ImportError_):
+    """A primitive of the user's program has a parameter the strategax IR cannot hold; names the
+    user's line that made it."""
+
+
+_UNREPRESENTABLE_FIX = ("compute it with JAX operations on arrays (or keep the call outside the "
+                        "strategy.function); see docs/troubleshooting.md")
+
+
 def _type_of(aval, where: str) -> TensorType:
+    aval = physical_aval(aval)  # a PRNG key array is held as its key data
     if not hasattr(aval, "shape") or not hasattr(aval, "dtype"):
         raise ImportError_(f"{where}: strategax cannot hold a value of type {aval}")
     try:
@@ -67,6 +80,8 @@ class _Importer:
         self.const_cache: dict[Any, Value] = {}
 
     def constant(self, value, aval=None) -> Value:
+        if is_key(value) or (aval is not None and is_key(aval)):
+            value, aval = key_data(value), None
         array = np.asarray(value, dtype=None if aval is None else aval.dtype)
         key = None
         if array.size == 1:
@@ -117,6 +132,14 @@ class _Importer:
                 if not isinstance(var, jex.DropVar):
                     env[var] = v
             return
+        if name not in _REGION_PARAMS:
+            try:
+                rule = physical_rule(eqn)
+            except TypeError as e:
+                raise self.unrepresentable(eqn, str(e)) from None
+            if rule is not None:  # PRNG keys: the same computation on their key data
+                self.physical(env, eqn, rule, args)
+                return
         register_primitive(prim)
         op_name = name if name.startswith("sx.") else "jax." + name
         regions, attrs = [], {}
@@ -129,7 +152,10 @@ class _Importer:
                 subs = val if isinstance(val, (tuple, list)) else (val,)
                 regions.extend(self.region(s) for s in subs)
             else:
-                attrs[key] = normalize(val, f"parameter {key!r} of primitive {name!r}")
+                try:
+                    attrs[key] = normalize(val, f"parameter {key!r} of primitive {name!r}")
+                except TypeError as e:
+                    raise self.unrepresentable(eqn, str(e)) from None
         writes = region_writes(regions)
         if writes:  # the variables updated inside: the op's carried state
             attrs["writes"] = writes
@@ -138,6 +164,27 @@ class _Importer:
         for var, v in zip(eqn.outvars, results):
             if not isinstance(var, jex.DropVar):
                 env[var] = v
+
+
+    def physical(self, env, eqn, rule, args: list[Value]) -> None:
+        """Import `rule` (the equation on key data) in place of the equation, at its line."""
+        structs = [jax.ShapeDtypeStruct(physical_aval(v.aval).shape, physical_aval(v.aval).dtype)
+                   for v in eqn.invars]
+        closed = jax.make_jaxpr(rule)(*structs)
+        start, loc = len(self.ops), location_of(eqn)
+        outs = self.inline(closed.jaxpr, closed.consts, args)
+        for op in self.ops[start:]:
+            if op.loc is None:
+                op.loc = loc
+        for var, v in zip(eqn.outvars, outs):
+            if not isinstance(var, jex.DropVar):
+                env[var] = v
+
+    @staticmethod
+    def unrepresentable(eqn, message: str) -> UnrepresentableError:
+        loc = location_of(eqn)
+        return UnrepresentableError(message, _UNREPRESENTABLE_FIX,
+                                    location=(loc.file, loc.line) if loc is not None else None)
 
 
 def import_jaxpr(closed_jaxpr, arg_types: Sequence[TensorType], name: str = "main") -> Func:

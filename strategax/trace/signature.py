@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import DistributionTypeError
 from ..ir import Locality, TensorType
+from .keys import is_key, physical_aval
 from .distributed_values import (DistributedValues, PerReplica, PerReplicaBatch, check_components,
                                  components_identical, is_distributed, regroup)
 
@@ -52,6 +53,9 @@ def leaf_type(x, kind: str) -> TensorType:
         first = x._values[0]
         return TensorType(np.shape(first), _dtype_of(first),
                           Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
+    if is_key(x):  # a typed PRNG key: the program takes its key data
+        aval = physical_aval(x.aval)
+        return TensorType(aval.shape, aval.dtype, Locality.MIRRORED)
     return TensorType(np.shape(x), _dtype_of(x), Locality.MIRRORED)
 
 
