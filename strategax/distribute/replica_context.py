@@ -8,6 +8,7 @@ from jax._src import core as jax_core
 import jax.numpy as jnp
 
 from ..dialects import collectives
+from ..input import padding
 from .merge import merge_call
 from .reduce_op import ReduceOp
 
@@ -47,8 +48,13 @@ class ReplicaContext:
         """Every replica gets all replicas' values concatenated along `axis`."""
         collectives.check_axis_type(axis, "ReplicaContext.all_gather")
         n = self.num_replicas_in_sync
-        return jax.tree_util.tree_map(
-            lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
+
+        def one(x):
+            padding.check_not_padded(x, "ReplicaContext.all_gather", "all_gather values without the "
+                                     "batch's rows (e.g. per-replica sums), or return the rows from strategy.run "
+                                     "and call strategy.gather outside the compiled function")
+            return collectives.all_gather(x, axis, n, "ReplicaContext.all_gather")
+        return jax.tree_util.tree_map(one, value)
 
     def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
         """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""

@@ -11,6 +11,7 @@ from ..backends import make_mesh
 from ..dialects import collectives
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
 from ..input import padding
+from . import ragged
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
@@ -137,6 +138,8 @@ class Strategy(LogicalDevicesMixin):
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
         if not _context.is_tracing():
+            args, kwargs = _tree_map_distributed(
+                lambda x: ragged.as_padded_batch(self, x) if ragged.is_ragged(x) else x, (tuple(args), kwargs))
             runner = self._run_functions.get(fn)
             if runner is None:
                 runner = self._run_functions[fn] = StrategyFunction(
@@ -170,6 +173,10 @@ class Strategy(LogicalDevicesMixin):
         n = self.num_replicas_in_sync
         if not any(is_distributed(x) for x in leaves):
             return self._reduce_plain(op, value, axis)
+        if not _context.is_tracing() and any(ragged.is_ragged(x) for x in leaves):
+            return _tree_map_distributed(
+                lambda x: ragged.reduce(op.ir_name, x, axis) if ragged.is_ragged(x) else self.reduce(op, x, axis),
+                value)
         for x in leaves:
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
@@ -178,12 +185,16 @@ class Strategy(LogicalDevicesMixin):
             fn = self._reduce_functions.get(key)
             if fn is None:
                 fn = self._reduce_functions[key] = StrategyFunction(
-                    self, lambda v: self.reduce(op, v, axis), name="reduce")
+                    self, lambda v: self._reduce_tree(op, v, axis, trimmed=True), name="reduce")
+            padding.check_even(value, axis)
             if axis is None:
-                padding.check_even(value)
                 return padding.trim_reduced(value, fn(value))
             return fn(value)
-        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
+        return self._reduce_tree(op, value, axis, trimmed=False)
+
+    def _reduce_tree(self, op: ReduceOp, value: Any, axis: int | None, trimmed: bool):
+        """The traced reduction of every leaf; `trimmed`: the caller drops padded rows after."""
+        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis, trimmed), value)
 
     def _reduce_plain(self, op: ReduceOp, value: Any, axis: int | None):
         """TensorFlow 2.21 treats a plain value as the same on every replica: MEAN returns it
@@ -203,11 +214,16 @@ class Strategy(LogicalDevicesMixin):
             return jnp.mean(x, axis=k) if op is ReduceOp.MEAN else n * jnp.sum(x, axis=k)
         return jax.tree_util.tree_map(one, value)
 
-    def _reduce_traced(self, op: ReduceOp, x, axis):
+    def _reduce_traced(self, op: ReduceOp, x, axis, trimmed: bool = False):
         local = local_value(x) if is_distributed(x) else jnp.asarray(x)
+        if axis is not None:
+            axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
+        if not trimmed and axis != 0:
+            padding.check_not_padded(local, "strategy.reduce" + (" without axis" if axis is None else f"(axis={axis})"),
+                                     "reduce over the batch axis (axis=0), or call strategy.reduce outside the "
+                                     "compiled function (strategax drops the padded rows there)")
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
         masked = padding.reduce_rows(op.ir_name, local, axis)  # a padded partial batch
         if masked is not None:
             return masked
@@ -222,14 +238,29 @@ class Strategy(LogicalDevicesMixin):
         collectives.check_axis_type(axis, "strategy.gather")
         value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
         if not _context.is_tracing():
-            if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
+            leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
+            if not any(is_distributed(x) for x in leaves):
                 return value
-            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            if any(ragged.is_ragged(x) for x in leaves):
+                return _tree_map_distributed(
+                    lambda x: ragged.gather(x, axis) if ragged.is_ragged(x) else self.gather(x, axis), value)
+            padding.check_even(value, axis, gather=True)
+            gathered = self.function(lambda v: self._gather_tree(v, axis, trimmed=True), name="gather")(value)
             return padding.trim_gathered(value, gathered, axis)
+        return self._gather_tree(value, axis, trimmed=False)
+
+    def _gather_tree(self, value: Any, axis: int, trimmed: bool):
         n = self.num_replicas_in_sync
-        return _tree_map_distributed(
-            lambda x: collectives.all_gather(local_value(x), axis, n, "Strategy.gather") if is_distributed(x) else x,
-            value)
+
+        def one(x):
+            if not is_distributed(x):
+                return x
+            local = local_value(x)
+            if not trimmed:
+                padding.check_not_padded(local, "strategy.gather", "call strategy.gather outside the compiled "
+                                         "function (strategax keeps each replica's real rows there)")
+            return collectives.all_gather(local, axis, n, "Strategy.gather")
+        return _tree_map_distributed(one, value)
 
     def _gather_variable(self, axis: int):
         """A mirrored variable of this strategy gathers as its copies concatenated (TensorFlow)."""
@@ -262,6 +293,9 @@ class Strategy(LogicalDevicesMixin):
         n = self.num_replicas_in_sync
         if isinstance(value, Mirrored):
             return (value._local,) * n
+        padding.check_not_padded(value._local, "strategy.experimental_local_results",
+                                 "take the local results outside the compiled function (strategax keeps "
+                                 "each replica's real rows there)")
         gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
         return tuple(gathered[i] for i in range(n))
 
