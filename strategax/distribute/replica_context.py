@@ -4,13 +4,20 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax._src import core as jax_core
 import jax.numpy as jnp
 
 from ..dialects import collectives
 from ..input import padding
+from ..errors import DistributionTypeError
 from .merge import merge_call
 from .reduce_op import ReduceOp
+
+
+def _check_values(value: Any, api: str) -> None:
+    for x in jax.tree_util.tree_leaves(value):
+        if not hasattr(x, "dtype") and not isinstance(x, (int, float, complex, bool)):
+            raise DistributionTypeError(f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays or numbers",
+                                        "pass arrays or numbers (or pytrees of them)")
 
 
 class ReplicaContext:
@@ -18,7 +25,6 @@ class ReplicaContext:
 
     def __init__(self, strategy):
         self._strategy = strategy
-        self._trace = jax_core.trace_ctx.trace  # merge_call must be called in this JAX trace
 
     @property
     def strategy(self):
@@ -40,6 +46,7 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
+        _check_values(value, "ReplicaContext.all_reduce")
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
