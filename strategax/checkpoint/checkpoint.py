@@ -52,6 +52,7 @@ class Checkpoint:
     """Save/restore variables and optimizers given as keyword arguments (nested dicts allowed)."""
 
     def __init__(self, **objects):
+        names.collect(objects)  # what cannot be saved fails here, at the user's line
         self._objects = objects
         self._lock = threading.Lock()
         self._writing: threading.Thread | None = None

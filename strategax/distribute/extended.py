@@ -11,7 +11,8 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..dialects import collectives
-from ..errors import DistributionTypeError, DistributionValueError
+from ..errors import (DistributionTypeError, DistributionValueError, check_callable, check_int, check_mapping,
+                      check_sequence)
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
@@ -99,6 +100,8 @@ class StrategyExtended:
         `sx.range`); returns the MultiStepContext. When the iterator runs out, the steps that
         have batches run. `initial_loop_values` is accepted for TensorFlow 1 code and not
         needed: the outputs' structure comes from `fn`."""
+        check_callable(fn, "experimental_run_steps_on_iterator's fn", "pass a function fn(ctx, inputs)")
+        check_int(iterations, "iterations", minimum=1)
         key = (fn, int(iterations))
         if key not in self._run_steps:
             traced = MultiStepContext()  # keeps the non-tensor outputs set while tracing
@@ -126,6 +129,11 @@ class StrategyExtended:
         """`reduce_to` of many values; with `options.bytes_per_pack` the reductions are bucketed."""
         context.require_cross_replica("extended.batch_reduce_to")
         op = ReduceOp.parse(reduce_op)
+        if not isinstance(value_destination_pairs, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 for p in value_destination_pairs):
+            raise DistributionTypeError(
+                f"batch_reduce_to takes a list of (value, destinations) pairs, not {value_destination_pairs!r:.80}",
+                "pass [(value, destinations), ...], e.g. [(grad, var) for grad, var in grads_and_vars]")
         pairs = list(value_destination_pairs)
         for value, _ in pairs:
             if not is_distributed(value) and op is ReduceOp.SUM and self._strategy.num_replicas_in_sync > 1:
@@ -177,9 +185,12 @@ class StrategyExtended:
         gives copy i of a sync-on-read variable component i; for a mirrored variable it must be
         provably the same on every replica (inside a compiled function) or be reduced first."""
         context.require_cross_replica("extended.update")
-        if not callable(fn):
-            raise DistributionTypeError(f"extended.update: fn must be callable, not {type(fn).__name__}",
-                                        "pass a function fn(var, *args) that updates the variable")
+        if not getattr(var, "_is_variable", False):
+            raise DistributionTypeError(f"extended.update's var must be a variable, not {type(var).__name__}",
+                                        "pass the sx.Variable to update: extended.update(v, fn, args=(x,))")
+        check_callable(fn, "extended.update's fn", "pass a function fn(var, *args) that updates the variable")
+        check_sequence(args, "extended.update's args", "wrap a single argument as args=(x,)")
+        check_mapping(kwargs, "extended.update's kwargs", "pass keyword arguments as kwargs={'name': value}")
         kwargs = kwargs or {}
         per_replica = any(isinstance(x, PerReplica) for x in
                           jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_distributed))
@@ -199,6 +210,8 @@ class StrategyExtended:
     def update_non_slot(self, colocate_with, fn: Callable, args=(), kwargs=None, group: bool = True):
         """Run `fn(*args, **kwargs)` once in cross-replica context (e.g. to bump a step counter)."""
         context.require_cross_replica("extended.update_non_slot")
+        check_callable(fn, "extended.update_non_slot's fn", "pass a function fn(*args)")
+        check_sequence(args, "extended.update_non_slot's args", "wrap a single argument as args=(x,)")
         args, kwargs = self._update_args((tuple(args), kwargs or {}))
         with _context.push(self._strategy):
             result = fn(*args, **kwargs)

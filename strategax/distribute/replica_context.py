@@ -4,12 +4,20 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-from jax._src import core as jax_core
 import jax.numpy as jnp
 
 from ..dialects import collectives
+from ..input import padding
+from ..errors import DistributionTypeError
 from .merge import merge_call
 from .reduce_op import ReduceOp
+
+
+def _check_values(value: Any, api: str) -> None:
+    for x in jax.tree_util.tree_leaves(value):
+        if not hasattr(x, "dtype") and not isinstance(x, (int, float, complex, bool)):
+            raise DistributionTypeError(f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays or numbers",
+                                        "pass arrays or numbers (or pytrees of them)")
 
 
 class ReplicaContext:
@@ -17,7 +25,6 @@ class ReplicaContext:
 
     def __init__(self, strategy):
         self._strategy = strategy
-        self._trace = jax_core.trace_ctx.trace  # merge_call must be called in this JAX trace
 
     @property
     def strategy(self):
@@ -39,6 +46,7 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
+        _check_values(value, "ReplicaContext.all_reduce")
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
@@ -47,8 +55,13 @@ class ReplicaContext:
         """Every replica gets all replicas' values concatenated along `axis`."""
         collectives.check_axis_type(axis, "ReplicaContext.all_gather")
         n = self.num_replicas_in_sync
-        return jax.tree_util.tree_map(
-            lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
+
+        def one(x):
+            padding.check_not_padded(x, "ReplicaContext.all_gather", "all_gather values without the "
+                                     "batch's rows (e.g. per-replica sums), or return the rows from strategy.run "
+                                     "and call strategy.gather outside the compiled function")
+            return collectives.all_gather(x, axis, n, "ReplicaContext.all_gather")
+        return jax.tree_util.tree_map(one, value)
 
     def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
         """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""

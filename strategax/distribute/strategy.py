@@ -5,18 +5,22 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _context
 from ..backends import make_mesh
 from ..dialects import collectives
-from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
+from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_callable,
+                      check_mapping, check_type)
 from ..input import padding
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
+from ..input.options import InputOptions
 from ..trace import StrategyFunction
-from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, local_value, regroup
-from . import context
+from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
+                                        local_value, regroup)
+from . import context, ragged
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
 from .logical_devices import LogicalDevicesMixin
@@ -34,6 +38,30 @@ class ValueContext:
     def __repr__(self) -> str:
         return (f"ValueContext(replica_id_in_sync_group={self.replica_id_in_sync_group}, "
                 f"num_replicas_in_sync={self.num_replicas_in_sync})")
+
+
+_VALUE_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
+
+
+def check_values(value: Any, api: str) -> None:
+    """Every leaf of `value` is an array, a number, a distributed value or a variable."""
+    for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
+        if not (is_distributed(x) or getattr(x, "_is_variable", False) or isinstance(x, _VALUE_TYPES)):
+            raise DistributionTypeError(
+                f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays, numbers or "
+                "distributed values", "pass arrays (or pytrees of them), e.g. what strategy.run returned")
+
+
+def _check_run_options(options) -> None:
+    if options is not None and type(options).__name__ != "RunOptions":
+        raise DistributionTypeError(
+            f"strategy.run's options must be None or a RunOptions, not {type(options).__name__}",
+            "leave options out (strategax compiles every run; TensorFlow's RunOptions are accepted and ignored)")
+
+
+def _check_input_options(options) -> None:
+    check_type(options, InputOptions, "options", "pass sx.InputOptions(...), or leave options out",
+               allow_none=True)
 
 
 def _tree_map_distributed(fn, tree):
@@ -121,6 +149,10 @@ class Strategy(LogicalDevicesMixin):
 
     def function(self, fn: Callable | None = None, *, name: str | None = None):
         """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
+        check_type(name, str, "strategy.function's name", "pass a string name, or leave it out",
+                   allow_none=True)
+        if fn is not None:
+            check_callable(fn, "strategy.function's fn", "decorate a function: @strategy.function")
         if fn is None:
             return lambda f: StrategyFunction(self, f, name)
         return StrategyFunction(self, fn, name)
@@ -128,15 +160,20 @@ class Strategy(LogicalDevicesMixin):
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
         """Run `fn` on every replica; per-replica arguments give replica i its component i."""
-        kwargs = kwargs or {}
+        check_callable(fn, "strategy.run's fn", "pass the replica function: strategy.run(fn, args=(x,))")
         if not isinstance(args, (tuple, list)):
             raise DistributionTypeError(f"`args` must be a tuple or list, not {type(args).__name__}",
                                         "wrap a single argument as args=(x,)")
+        check_mapping(kwargs, "strategy.run's kwargs", "pass keyword arguments as kwargs={'name': value}")
+        _check_run_options(options)
+        kwargs = dict(kwargs or {})
         entry = _context.current()
         if entry is not None and entry.replica_context is not None:
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
         if not _context.is_tracing():
+            args, kwargs = _tree_map_distributed(
+                lambda x: ragged.as_padded_batch(self, x) if ragged.is_ragged(x) else x, (tuple(args), kwargs))
             runner = self._run_functions.get(fn)
             if runner is None:
                 runner = self._run_functions[fn] = StrategyFunction(
@@ -166,10 +203,15 @@ class Strategy(LogicalDevicesMixin):
         context.require_cross_replica("strategy.reduce")
         op = ReduceOp.parse(reduce_op)
         collectives.check_axis_type(axis, "strategy.reduce", allow_none=True)
+        check_values(value, "strategy.reduce")
         leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
         n = self.num_replicas_in_sync
         if not any(is_distributed(x) for x in leaves):
             return self._reduce_plain(op, value, axis)
+        if not _context.is_tracing() and any(ragged.is_ragged(x) for x in leaves):
+            return _tree_map_distributed(
+                lambda x: ragged.reduce(op.ir_name, x, axis) if ragged.is_ragged(x) else self.reduce(op, x, axis),
+                value)
         for x in leaves:
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
@@ -178,12 +220,16 @@ class Strategy(LogicalDevicesMixin):
             fn = self._reduce_functions.get(key)
             if fn is None:
                 fn = self._reduce_functions[key] = StrategyFunction(
-                    self, lambda v: self.reduce(op, v, axis), name="reduce")
+                    self, lambda v: self._reduce_tree(op, v, axis, trimmed=True), name="reduce")
+            padding.check_even(value, axis)
             if axis is None:
-                padding.check_even(value)
                 return padding.trim_reduced(value, fn(value))
             return fn(value)
-        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
+        return self._reduce_tree(op, value, axis, trimmed=False)
+
+    def _reduce_tree(self, op: ReduceOp, value: Any, axis: int | None, trimmed: bool):
+        """The traced reduction of every leaf; `trimmed`: the caller drops padded rows after."""
+        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis, trimmed), value)
 
     def _reduce_plain(self, op: ReduceOp, value: Any, axis: int | None):
         """TensorFlow 2.21 treats a plain value as the same on every replica: MEAN returns it
@@ -203,11 +249,16 @@ class Strategy(LogicalDevicesMixin):
             return jnp.mean(x, axis=k) if op is ReduceOp.MEAN else n * jnp.sum(x, axis=k)
         return jax.tree_util.tree_map(one, value)
 
-    def _reduce_traced(self, op: ReduceOp, x, axis):
+    def _reduce_traced(self, op: ReduceOp, x, axis, trimmed: bool = False):
         local = local_value(x) if is_distributed(x) else jnp.asarray(x)
+        if axis is not None:
+            axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
+        if not trimmed and axis != 0:
+            padding.check_not_padded(local, "strategy.reduce" + (" without axis" if axis is None else f"(axis={axis})"),
+                                     "reduce over the batch axis (axis=0), or call strategy.reduce outside the "
+                                     "compiled function (strategax drops the padded rows there)")
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
         masked = padding.reduce_rows(op.ir_name, local, axis)  # a padded partial batch
         if masked is not None:
             return masked
@@ -220,16 +271,32 @@ class Strategy(LogicalDevicesMixin):
         """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
         context.require_cross_replica("strategy.gather")
         collectives.check_axis_type(axis, "strategy.gather")
+        check_values(value, "strategy.gather")
         value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
         if not _context.is_tracing():
-            if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
+            leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
+            if not any(is_distributed(x) for x in leaves):
                 return value
-            gathered = self.function(lambda v: self.gather(v, axis), name="gather")(value)
+            if any(ragged.is_ragged(x) for x in leaves):
+                return _tree_map_distributed(
+                    lambda x: ragged.gather(x, axis) if ragged.is_ragged(x) else self.gather(x, axis), value)
+            padding.check_even(value, axis, gather=True)
+            gathered = self.function(lambda v: self._gather_tree(v, axis, trimmed=True), name="gather")(value)
             return padding.trim_gathered(value, gathered, axis)
+        return self._gather_tree(value, axis, trimmed=False)
+
+    def _gather_tree(self, value: Any, axis: int, trimmed: bool):
         n = self.num_replicas_in_sync
-        return _tree_map_distributed(
-            lambda x: collectives.all_gather(local_value(x), axis, n, "Strategy.gather") if is_distributed(x) else x,
-            value)
+
+        def one(x):
+            if not is_distributed(x):
+                return x
+            local = local_value(x)
+            if not trimmed:
+                padding.check_not_padded(local, "strategy.gather", "call strategy.gather outside the compiled "
+                                         "function (strategax keeps each replica's real rows there)")
+            return collectives.all_gather(local, axis, n, "Strategy.gather")
+        return _tree_map_distributed(one, value)
 
     def _gather_variable(self, axis: int):
         """A mirrored variable of this strategy gathers as its copies concatenated (TensorFlow)."""
@@ -262,12 +329,17 @@ class Strategy(LogicalDevicesMixin):
         n = self.num_replicas_in_sync
         if isinstance(value, Mirrored):
             return (value._local,) * n
+        padding.check_not_padded(value._local, "strategy.experimental_local_results",
+                                 "take the local results outside the compiled function (strategax keeps "
+                                 "each replica's real rows there)")
         gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
         return tuple(gathered[i] for i in range(n))
 
     # --- distributing values --------------------------------------------------------------
     def experimental_distribute_values_from_function(self, value_fn: Callable):
         """Call value_fn(ValueContext(i, N)) for each replica i; replica i gets its result."""
+        check_callable(value_fn, "value_fn", "pass a function value_fn(ctx) returning replica "
+                       "ctx.replica_id_in_sync_group's value")
         n = self.num_replicas_in_sync
         if _context.is_tracing():
             values = [value_fn(ValueContext(i, n)) for i in range(n)]
@@ -278,15 +350,19 @@ class Strategy(LogicalDevicesMixin):
         per_replica = []
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
+            check_values(v, "the result of value_fn")
             per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
         return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """Split each global batch of `dataset` across the replicas (see `input.dataset`)."""
+        _check_input_options(options)
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
         """`dataset_fn(InputContext)` per input pipeline yields per-replica batches, dealt in turn."""
+        check_callable(dataset_fn, "dataset_fn", "pass a function dataset_fn(input_context) returning a dataset")
+        _check_input_options(options)
         return DatasetsFromFunction(self, dataset_fn, options)
 
     def experimental_distribute_datasets_from_function(self, dataset_fn: Callable, options=None):

@@ -23,6 +23,11 @@ class DistributedValues:
     _kind = "DistributedValues"
 
     def __init__(self, values: Sequence[Any]):
+        if not isinstance(values, (list, tuple)):
+            raise DistributionTypeError(
+                f"{type(self).__name__} takes a list or tuple of per-replica values, not "
+                f"{type(values).__name__} {values!r:.60}", "pass one value per replica: "
+                f"sx.{type(self).__name__}([value_0, value_1, ...])")
         values = tuple(values)
         if not values:
             raise DistributionValueError(f"{type(self).__name__} needs at least one component",
