@@ -66,6 +66,13 @@ def numbered(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+def check_path(path, api: str) -> None:
+    """`path` is a string or os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise DistributionTypeError(f"{api} takes a path, not {type(path).__name__} {path!r:.40}",
+                                    "pass the path as a string")
+
+
 def latest_checkpoint(directory: str) -> str | None:
     """The path of the newest complete checkpoint in `directory` (the largest N), or None."""
     if not isinstance(directory, (str, os.PathLike)):

@@ -12,11 +12,12 @@ import jax.numpy as jnp
 from .. import _context
 from ..dialects import collectives
 from ..errors import (DistributionTypeError, DistributionValueError, check_callable, check_int, check_mapping,
-                      check_sequence)
+                      check_sequence, check_type)
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
+from .options import check_options
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
 
@@ -128,6 +129,7 @@ class StrategyExtended:
     def batch_reduce_to(self, reduce_op, value_destination_pairs: Sequence, options=None) -> list:
         """`reduce_to` of many values; with `options.bytes_per_pack` the reductions are bucketed."""
         context.require_cross_replica("extended.batch_reduce_to")
+        check_options(options, "extended.batch_reduce_to")
         op = ReduceOp.parse(reduce_op)
         if not isinstance(value_destination_pairs, (list, tuple)) or not all(
                 isinstance(p, (list, tuple)) and len(p) == 2 for p in value_destination_pairs):
@@ -135,6 +137,13 @@ class StrategyExtended:
                 f"batch_reduce_to takes a list of (value, destinations) pairs, not {value_destination_pairs!r:.80}",
                 "pass [(value, destinations), ...], e.g. [(grad, var) for grad, var in grads_and_vars]")
         pairs = list(value_destination_pairs)
+        for value, _ in pairs:
+            for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
+                if not (is_distributed(x) or getattr(x, "_is_variable", False) or hasattr(x, "dtype")
+                        or isinstance(x, (int, float, complex, bool))):
+                    raise DistributionTypeError(f"extended.reduce_to got a {type(x).__name__} ({x!r:.40}) where it "
+                                                "takes arrays or distributed values",
+                                                "pass the PerReplica value that strategy.run returned")
         for value, _ in pairs:
             if not is_distributed(value) and op is ReduceOp.SUM and self._strategy.num_replicas_in_sync > 1:
                 raise DistributionValueError(
@@ -162,6 +171,9 @@ class StrategyExtended:
 
     def broadcast_to(self, tensor: Any, destinations: Any):
         """`tensor` (the same everywhere in cross-replica code) as a Mirrored value."""
+        if not hasattr(tensor, "dtype") and not isinstance(tensor, (int, float, bool, list, tuple)):
+            raise DistributionTypeError(f"broadcast_to takes a tensor, not {type(tensor).__name__} {tensor!r:.40}",
+                                        "pass an array (the same value for every replica)")
         if _context.is_tracing():
             return Mirrored._traced(jnp.asarray(tensor))
         return Mirrored(tuple(jax.device_put(jnp.asarray(tensor), d) for d in self._strategy._devices))
@@ -191,6 +203,7 @@ class StrategyExtended:
         check_callable(fn, "extended.update's fn", "pass a function fn(var, *args) that updates the variable")
         check_sequence(args, "extended.update's args", "wrap a single argument as args=(x,)")
         check_mapping(kwargs, "extended.update's kwargs", "pass keyword arguments as kwargs={'name': value}")
+        check_type(group, bool, "extended.update's group", "pass group=True or False")
         kwargs = kwargs or {}
         per_replica = any(isinstance(x, PerReplica) for x in
                           jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_distributed))
@@ -248,6 +261,9 @@ class StrategyExtended:
 
     def read_var(self, v):
         """The cross-replica value of `v` (aggregated for a sync-on-read variable)."""
+        if not getattr(v, "_is_variable", False):
+            raise DistributionTypeError(f"read_var takes a variable, not {type(v).__name__} {v!r:.40}",
+                                        "pass an sx.Variable created in the strategy's scope")
         return v.read_value()
 
     def value_container(self, value):

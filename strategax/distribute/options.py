@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from ..errors import DistributionTypeError, DistributionValueError, check_int
 
 
+def check_options(options, api: str) -> None:
+    """`options` is None or a CommunicationOptions."""
+    if options is not None and not isinstance(options, CommunicationOptions):
+        raise DistributionTypeError(f"{api}'s options must be sx.CommunicationOptions or None, not "
+                                    f"{type(options).__name__} {options!r:.40}",
+                                    "pass sx.CommunicationOptions(bytes_per_pack=...), or leave options out")
+
+
 class CommunicationImplementation(enum.Enum):
     """Which collective implementation to use; XLA picks on every backend, so all mean AUTO."""
     AUTO = "AUTO"

@@ -10,6 +10,7 @@ from ..dialects import collectives
 from ..input import padding
 from ..errors import DistributionTypeError
 from .merge import merge_call
+from .options import check_options
 from .reduce_op import ReduceOp
 
 
@@ -47,6 +48,7 @@ class ReplicaContext:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
         _check_values(value, "ReplicaContext.all_reduce")
+        check_options(options, "ReplicaContext.all_reduce")
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)

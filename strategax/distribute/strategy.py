@@ -11,7 +11,7 @@ from .. import _context
 from ..backends import make_mesh
 from ..dialects import collectives
 from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_callable,
-                      check_mapping, check_type)
+                      check_int, check_mapping, check_type)
 from ..input import padding
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
@@ -32,6 +32,12 @@ class ValueContext:
     """What `experimental_distribute_values_from_function`'s value_fn is told."""
 
     def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1):
+        check_int(num_replicas_in_sync, "num_replicas_in_sync", minimum=1)
+        check_int(replica_id_in_sync_group, "replica_id_in_sync_group", minimum=0)
+        if replica_id_in_sync_group >= num_replicas_in_sync:
+            raise DistributionValueError(
+                f"replica_id_in_sync_group {replica_id_in_sync_group} is not below num_replicas_in_sync "
+                f"{num_replicas_in_sync}", "pass a replica id in 0..num_replicas_in_sync-1")
         self.replica_id_in_sync_group = replica_id_in_sync_group
         self.num_replicas_in_sync = num_replicas_in_sync
 

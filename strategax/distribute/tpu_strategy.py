@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from ..backends import AXIS
-from ..errors import DistributionTypeError, DistributionValueError, check_int
+from ..errors import DistributionTypeError, DistributionValueError, check_int, check_type
 from ..ir.sharding import logical_axes
 from .devices import resolve_devices
 from .strategy import Strategy
@@ -70,6 +70,9 @@ class TPUStrategy(Strategy):
                  experimental_device_assignment: DeviceAssignment | None = None):
         if devices is not None and not isinstance(devices, (list, tuple, str, jax.Device)):
             devices = None  # a TPUClusterResolver-like first argument, as in TF: use local devices
+        check_type(experimental_device_assignment, DeviceAssignment, "experimental_device_assignment",
+                   "pass sx.DeviceAssignment.build(num_replicas=R, computation_shape=[...]), or leave it out",
+                   allow_none=True)
         all_devices = resolve_devices(devices)
         per_replica = self._logical_count(logical_devices_per_replica, experimental_device_assignment)
         replicas = (experimental_device_assignment.num_replicas if experimental_device_assignment

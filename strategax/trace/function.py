@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from .. import _context, ir
 from ..backends import Executable
-from ..errors import DistributionTypeError
+from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -215,7 +215,8 @@ class StrategyFunction:
         snapshots: dict[str, str] = {}
         self._trace(sig, snapshots)
         if stage not in snapshots:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
+            raise DistributionValueError(f"unknown stage {stage!r}",
+                                         f"use one of: {', '.join(list(snapshots) + ['final'])}")
         return snapshots[stage]
 
     def _lowering_args(self, args, kwargs) -> tuple[_Compiled, list]:
