@@ -15,6 +15,9 @@ from ..errors import (DistributionTypeError, DistributionValueError, check_calla
                       check_sequence, check_type)
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
+from ..trace.cache import LRU
+from ..trace.fn_key import function_key
+from ..trace.retracing import Detector
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
 from .options import check_options
@@ -75,7 +78,7 @@ class StrategyExtended:
 
     def __init__(self, strategy):
         self._strategy = strategy
-        self._run_steps: dict[tuple, tuple[StrategyFunction, MultiStepContext]] = {}
+        self._run_steps = LRU()  # (function key, iterations) -> (StrategyFunction, MultiStepContext)
 
     @property
     def worker_devices(self) -> tuple:
@@ -103,8 +106,8 @@ class StrategyExtended:
         needed: the outputs' structure comes from `fn`."""
         check_callable(fn, "experimental_run_steps_on_iterator's fn", "pass a function fn(ctx, inputs)")
         check_int(iterations, "iterations", minimum=1)
-        key = (fn, int(iterations))
-        if key not in self._run_steps:
+
+        def make():
             traced = MultiStepContext()  # keeps the non-tensor outputs set while tracing
 
             def run_steps(iterator):
@@ -114,8 +117,8 @@ class StrategyExtended:
                 traced._non_tensor_outputs = ctx.non_tensor_outputs
                 return ctx.last_step_outputs
 
-            self._run_steps[key] = (StrategyFunction(self._strategy, run_steps, "run_steps_on_iterator"), traced)
-        function, traced = self._run_steps[key]
+            return (StrategyFunction(self._strategy, run_steps, "run_steps_on_iterator", detector=Detector()), traced)
+        function, traced = self._run_steps.get_or_make((function_key(fn), int(iterations)), make)
         result = MultiStepContext()
         result._last_step_outputs = function(iterator)
         result._non_tensor_outputs = dict(traced.non_tensor_outputs)
@@ -154,9 +157,10 @@ class StrategyExtended:
             values = [v for v, _ in pairs]
             if not any(is_distributed(v) for v in values):
                 return values
-            reduced = self._strategy.function(
-                lambda vs: self.batch_reduce_to(op, [(v, None) for v in vs], options),
-                name="batch_reduce_to")(values)
+            reduced = self._strategy._eager(
+                ("batch_reduce_to", op, options),
+                lambda: lambda values: self.batch_reduce_to(op, [(v, None) for v in values], options),
+                "batch_reduce_to")(values)
             return [r if not _is_device_string(d) or not is_distributed(r) else r.values[0]
                     for r, (_, d) in zip(reduced, pairs)]
         bytes_per_pack = None if options is None else options.bytes_per_pack

@@ -18,6 +18,9 @@ from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
 from ..input.options import InputOptions
 from ..trace import StrategyFunction
+from ..trace.cache import LRU
+from ..trace.fn_key import function_key, named_parts
+from ..trace.retracing import Detector
 from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
                                         local_value, regroup)
 from . import context, ragged
@@ -108,12 +111,16 @@ class StrategyScope:
 class Strategy(LogicalDevicesMixin):
     """A compiled distribution strategy over a list of devices, one replica per device."""
 
+    _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
+
     def __init__(self, devices: Sequence[jax.Device]):
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)
-        self._run_functions: dict[Any, StrategyFunction] = {}
-        self._reduce_functions: dict[Any, StrategyFunction] = {}
+        # eager run/reduce/gather: one compiled function per (function, options), LRU-bounded
+        # (STRATEGAX_CACHE_SIZE); each keeps its programs per input signature
+        self._run_functions = LRU()
+        self._reduce_functions = LRU()
 
     # --- basics -----------------------------------------------------------------------
     @property
@@ -153,15 +160,23 @@ class Strategy(LogicalDevicesMixin):
         """Enter cross-replica context for this strategy (variables created here are distributed)."""
         return StrategyScope(self)
 
-    def function(self, fn: Callable | None = None, *, name: str | None = None):
-        """Compile a whole Python step (run, reduce and all) into one program (like tf.function)."""
+    def function(self, fn: Callable | None = None, *, name: str | None = None, reduce_retracing: bool = False):
+        """Compile a whole Python step (run, reduce and all) into one program (like tf.function);
+        `reduce_retracing=True` traces Python ints, floats and complexes as values (one program
+        for a learning-rate schedule) instead of baking each value into its own program."""
         check_type(name, str, "strategy.function's name", "pass a string name, or leave it out",
                    allow_none=True)
+        check_type(reduce_retracing, bool, "reduce_retracing", "pass reduce_retracing=True or False")
         if fn is not None:
             check_callable(fn, "strategy.function's fn", "decorate a function: @strategy.function")
         if fn is None:
-            return lambda f: StrategyFunction(self, f, name)
-        return StrategyFunction(self, fn, name)
+            return lambda f: StrategyFunction(self, f, name, reduce_retracing=reduce_retracing)
+        return StrategyFunction(self, fn, name, reduce_retracing=reduce_retracing)
+
+    def _eager(self, key, make_fn: Callable[[], Callable], name: str) -> StrategyFunction:
+        """The compiled function of an eager reduce/gather/batch_reduce_to (cached by `key`)."""
+        return self._reduce_functions.get_or_make(
+            key, lambda: StrategyFunction(self, make_fn(), name=name, detector=Detector()))
 
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
@@ -177,13 +192,12 @@ class Strategy(LogicalDevicesMixin):
         if entry is not None and entry.replica_context is not None:
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
-        if not _context.is_tracing():
+        if not _context.is_tracing():  # a function of the same code, defaults and captures: one runner
             args, kwargs = _tree_map_distributed(
                 lambda x: ragged.as_padded_batch(self, x) if ragged.is_ragged(x) else x, (tuple(args), kwargs))
-            runner = self._run_functions.get(fn)
-            if runner is None:
-                runner = self._run_functions[fn] = StrategyFunction(
-                    self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"))
+            runner = self._run_functions.get_or_make(function_key(fn), lambda: StrategyFunction(
+                self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"),
+                origin=fn, parts=named_parts(fn)))
             return runner(*args, **kwargs)
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
@@ -222,11 +236,8 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            key = (op, axis)
-            fn = self._reduce_functions.get(key)
-            if fn is None:
-                fn = self._reduce_functions[key] = StrategyFunction(
-                    self, lambda v: self._reduce_tree(op, v, axis, trimmed=True), name="reduce")
+            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
+                             "reduce")
             padding.check_even(value, axis)
             if axis is None:
                 return padding.trim_reduced(value, fn(value))
@@ -287,7 +298,8 @@ class Strategy(LogicalDevicesMixin):
                 return _tree_map_distributed(
                     lambda x: ragged.gather(x, axis) if ragged.is_ragged(x) else self.gather(x, axis), value)
             padding.check_even(value, axis, gather=True)
-            gathered = self.function(lambda v: self._gather_tree(v, axis, trimmed=True), name="gather")(value)
+            gathered = self._eager(("gather", axis), lambda: lambda value: self._gather_tree(value, axis, trimmed=True),
+                                   "gather")(value)
             return padding.trim_gathered(value, gathered, axis)
         return self._gather_tree(value, axis, trimmed=False)
 

@@ -1,5 +1,6 @@
 """`strategy.function`: trace a Python step into one IR module, run the passes, lower it to
-one XLA executable, and cache that by input signature."""
+one XLA executable, and cache that by input signature (at most `cache.cache_size()` programs,
+least recently used evicted; frequent retracing logs a warning, `retracing`)."""
 from __future__ import annotations
 
 import logging
@@ -8,20 +9,22 @@ from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _context, ir
 from ..backends import Executable
-from ..errors import DistributionTypeError, DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
-from . import dump
+from . import dump, retracing
+from .cache import cache_size
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .importer import import_jaxpr
 from .keys import is_key, key_data
 from .outline import rewrite
-from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, STATIC, STATIC_TYPES, Signature,
+from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         leaf_type, signature)
 from .takes import TraceInputs
 from .var_session import VarSession
@@ -41,6 +44,7 @@ class _Compiled:
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
         self.inputs = inputs  # takes.InputPlan: batches from iterator arguments, after the others
+        self.last_call = 0  # the detector's call number of the latest call (least recently used goes first)
         # each variable's buffer is an extra (donated) input and output, after the others
         self.var_slots = [(v._store, lay) for v, lay in
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
@@ -51,6 +55,8 @@ class _Compiled:
             x, kind = sig.leaves[i], sig.kinds[i]
             if kind == ARRAY:
                 out.append(key_data(x))
+            elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
+                out.append(np.asarray(x, layout.type.dtype))
             elif x._global is not None and x._global[1].mesh is layout.mesh:
                 array = x._global[0]
                 if layout.logical_axes is not None and array.sharding != layout.sharding:
@@ -99,28 +105,58 @@ class _Compiled:
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
 
 
+def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> DistributionTypeError:
+    """reduce_retracing traced a Python number that the function uses as a Python value."""
+    names = retracing.leaf_names(fn, sig.treedef, len(sig.kinds))
+    traced = ", ".join(f"`{names[i]}`" for i, k in enumerate(sig.kinds) if k == SCALAR)
+    frame, location = err.__traceback__, None
+    while frame is not None:  # the innermost line of the user's code
+        if not _is_internal(frame.tb_frame.f_code.co_filename):
+            location = (frame.tb_frame.f_code.co_filename, frame.tb_lineno)
+        frame = frame.tb_next
+    return DistributionTypeError(
+        f"with reduce_retracing=True the Python number(s) {traced} are traced as values, and this line "
+        f"needs a concrete Python value (for an `if`, a shape, a range or an index): "
+        f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}",
+        "use the number through jnp (jnp.where, lax.cond, lax.dynamic_slice), or leave reduce_retracing "
+        "off for this function so each number is a constant of its own program", location=location)
+
+
 def _module_name(fn: Callable) -> str:
     name = getattr(fn, "__name__", "fn")
     return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "fn"
 
 
 class StrategyFunction:
-    """A Python function compiled whole for a strategy (`@strategy.function`)."""
+    """A Python function compiled whole for a strategy (`@strategy.function`); with
+    `reduce_retracing=True` Python ints, floats and complexes are traced inputs, not constants."""
 
-    def __init__(self, strategy, fn: Callable, name: str | None = None):
+    def __init__(self, strategy, fn: Callable, name: str | None = None, *, reduce_retracing: bool = False,
+                 origin: Callable | None = None, parts: list = (), detector: retracing.Detector | None = None):
         self._strategy, self._fn = strategy, fn
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
+        self._cache_size = cache_size()
+        self._reduce_retracing = bool(reduce_retracing)
+        # the retracing warning: counted per Python function (`origin`: the user's function a
+        # strategax wrapper runs); `parts` names its captured values
+        self._origin, self._parts = origin or fn, list(parts)
+        self._detector = detector or retracing.detector_for(self._origin)
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
 
     def __call__(self, *args, **kwargs):
         if _context.is_tracing():
             return self._fn(*args, **kwargs)
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
+                        self._reduce_retracing)
         compiled = self._cache.get(sig.key)
         if compiled is None:
             compiled = self._compile(sig)
+        else:
+            detector = self._detector
+            detector.calls += 1
+            compiled.last_call = detector.calls
         if compiled.inputs is not None:  # next(iterator) inside: take the batches now
             compiled.take_inputs(sig)
         return compiled(sig)
@@ -174,8 +210,15 @@ class StrategyFunction:
             out_info["plan"] = plan
             return arrays
 
-        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype) for t in types]
-        closed = jax.make_jaxpr(flat_fn)(*structs)
+        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=sig.kinds[i] == SCALAR)  # as jax.jit
+                   for t, i in zip(types, dynamic)]
+        try:
+            closed = jax.make_jaxpr(flat_fn)(*structs)
+        except (TypeError, IndexError, ValueError) as err:  # JAX's concretization errors among them
+            if SCALAR not in sig.kinds:
+                raise
+            self._check_needs_static(sig, err)
+            raise
         closed, input_types, out_info["inputs"] = rewrite(closed, inputs)  # sx.range loops, next(iterator)
         func = import_jaxpr(closed, types + input_types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
@@ -187,13 +230,28 @@ class StrategyFunction:
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
 
+    def _check_needs_static(self, sig: Signature, err: Exception) -> None:
+        """A trace with Python numbers as values failed: when it traces with them as constants,
+        the function needs them concrete, and the error says so (else `err` stands)."""
+        static = Signature(sig.key, sig.treedef, [STATIC if k == SCALAR else k for k in sig.kinds],
+                           sig.leaves, sig.batch, sig.inputs)
+        try:
+            self._trace(static)
+        except Exception:  # noqa: BLE001 - the function fails either way: the original error stands
+            return
+        raise _traced_scalar_error(self._origin, sig, err) from err
+
     def _compile(self, sig: Signature) -> _Compiled:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
+        self._detector.traced(self._origin, sig.key, sig.treedef, self._parts, self._cache_size)
         if dump.dump_dir() is None:
             compiled = self._build(sig)
         else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
             compiled = dump.compile_dumped(self, sig, lambda snapshots, timings: self._build(sig, snapshots, timings))
+        compiled.last_call = self._detector.calls
+        if len(self._cache) >= self._cache_size:  # full: the least recently used program goes
+            del self._cache[min(self._cache, key=lambda k: self._cache[k].last_call)]
         self._cache[sig.key] = compiled
         return compiled
 
@@ -202,14 +260,18 @@ class StrategyFunction:
         executable = Executable(module, self._strategy._mesh)
         return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables, inputs)
 
+    def _signature(self, args, kwargs) -> Signature:
+        return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
+                         self._reduce_retracing)
+
     def _specialization(self, args, kwargs) -> tuple[_Compiled, Signature]:
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        sig = self._signature(args, kwargs)
         return self._cache.get(sig.key) or self._compile(sig), sig
 
     # --- inspection -----------------------------------------------------------------------
     def ir(self, *args, stage: str = "final", **kwargs) -> str:
         """The IR text for these arguments: "traced", a pass name, or "final" (default)."""
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas)
+        sig = self._signature(args, kwargs)
         if stage == "final":
             return ir.print_module(self._specialization(args, kwargs)[0].module)
         snapshots: dict[str, str] = {}

@@ -1,7 +1,10 @@
 """The cache key of a call of a compiled function: its pytree structure, each leaf's kind,
-shape and dtype, and its static Python values; and the leaves themselves."""
+shape and dtype, and its static Python values (keyed by type and value: `-0.0` is not `0.0`,
+and every NaN is one key); and the leaves themselves."""
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +24,11 @@ ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 # Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
 # static Python value baked into the program.
 PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
+# A Python int, float or complex traced as a weakly typed scalar input (reduce_retracing=True),
+# as jax.jit traces it: one program for every value.
+SCALAR = "W"
+SCALAR_TYPES = (int, float, complex)  # exact types: bools and enums stay static (few values,
+# and they pick Python branches)
 PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
 
 
@@ -56,7 +64,26 @@ def leaf_type(x, kind: str) -> TensorType:
     if is_key(x):  # a typed PRNG key: the program takes its key data
         aval = physical_aval(x.aval)
         return TensorType(aval.shape, aval.dtype, Locality.MIRRORED)
-    return TensorType(np.shape(x), _dtype_of(x), Locality.MIRRORED)
+    return TensorType(np.shape(x), _dtype_of(x), Locality.MIRRORED)  # an array or a SCALAR
+
+
+def float_key(x: float):
+    """A float as a cache key: `-0.0` differs from `0.0` (1/-0.0 is -inf), and NaNs with the
+    same bits are equal (NaN != NaN would miss the cache on every call)."""
+    if x != x:
+        return ("nan", struct.pack("<d", x))
+    if x == 0.0 and math.copysign(1.0, x) < 0:
+        return "-0.0"
+    return x
+
+
+def static_key(x) -> tuple:
+    """The cache-key entry of a static Python value: its type and value."""
+    if isinstance(x, float):
+        return (STATIC, type(x), float_key(x))
+    if isinstance(x, complex):
+        return (STATIC, type(x), float_key(x.real), float_key(x.imag))
+    return (STATIC, type(x), x)
 
 
 def _dtype_of(x) -> np.dtype:
@@ -83,9 +110,11 @@ def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | N
     return kind, (kind, t.shape, t.dtype)
 
 
-def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | None = None) -> Signature:
+def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | None = None,
+              trace_scalars: bool = False) -> Signature:
     """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves;
-    `num_local` is the replicas this process feeds (fewer than all in a multi-process job)."""
+    `num_local` is the replicas this process feeds (fewer than all in a multi-process job);
+    `trace_scalars` makes Python ints, floats and complexes traced inputs (reduce_retracing)."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
     kinds, key, batch = [], [treedef], None
     for x in leaves:
@@ -100,7 +129,7 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             key.append(("I", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
-                return signature(*_expand((args, kwargs)), num_replicas, num_local)
+                return signature(*_expand((args, kwargs)), num_replicas, num_local, trace_scalars)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
@@ -109,8 +138,12 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
         elif isinstance(x, STATIC_TYPES):
-            kind = STATIC
-            key.append((kind, type(x), x))
+            if trace_scalars and type(x) in SCALAR_TYPES:
+                kind = SCALAR
+                key.append((SCALAR, type(x)))
+            else:
+                kind = STATIC
+                key.append(static_key(x))
         else:
             try:
                 hash(x)

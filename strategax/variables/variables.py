@@ -74,6 +74,7 @@ class Variable:
 
     _is_variable = True
     _local = _global = None  # never a traced or program-output distributed value
+    _strategax_key_by_identity = True  # read at run time: an eager run's function may capture it (fn_key)
 
     def __new__(cls, *args, **kwargs):
         if cls is Variable:
