@@ -7,12 +7,13 @@ effects, AD, batching, lowering and reference rules side by side (as JAX's
 - `bucket`: `sx.all_reduce_bucket` (made by fuse-collectives);
 - `variables`: `sx.var_read`, `sx.var_assign*`, `sx.broadcast`;
 - `logical`: the logical-device annotations;
-- `control_flow`: `jax.cond`, `jax.while`, `jax.scan` with regions.
+- `control_flow`: `jax.cond`, `jax.while`, `jax.scan` with regions;
+- `rows`: `sx.rows` (a padded batch's row axis) and `sx.mask_rows` (its padded rows hidden).
 """
-from . import bucket, collectives, control_flow, jax_ops, logical, variables
+from . import bucket, collectives, control_flow, jax_ops, logical, rows, variables
 from .jax_ops import INLINED_PRIMITIVES, DERIVED_PARAMS, generic_lowering, generic_reference, register_primitive
 from .registry import LOWERINGS, REFERENCE
 
 __all__ = ["DERIVED_PARAMS", "INLINED_PRIMITIVES", "LOWERINGS", "REFERENCE", "bucket", "collectives",
            "control_flow", "generic_lowering", "generic_reference", "jax_ops", "logical",
-           "register_primitive", "variables"]
+           "register_primitive", "rows", "variables"]

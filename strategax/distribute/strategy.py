@@ -140,6 +140,8 @@ class Strategy(LogicalDevicesMixin):
         """Run one compiled program on global arrays (a multi-worker strategy bounds and watches it)."""
         return executable(*args)
 
+    _execute._runs_directly = True  # a cached call may call the jax.jit function itself (trace/fast_call.py)
+
     def _ir_module_attrs(self) -> dict:
         """Extra attributes for the modules this strategy compiles (none by default)."""
         return {}

@@ -31,19 +31,22 @@ PASSES: dict[str, str] = {
     "check-locality": "strategax.passes.check_locality:CheckLocality",
     "central-storage": "strategax.passes.central_storage:CentralStorage",
     "canonicalize": "strategax.passes.canonicalize:Canonicalize",
+    "mask-padding": "strategax.passes.mask_padding:MaskPadding",
     "cse": "strategax.passes.cse:CommonSubexpressionElimination",
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
-# before collectives are inserted for it; localities are needed to check TensorFlow's rules and
+# before collectives are inserted for it; mask-padding then follows the padded rows through
+# what is left (dead code could only raise spurious errors), and its masks are ordinary ops to
+# every later pass; localities are needed to check TensorFlow's rules and
 # to simplify collectives of mirrored values; cse then merges what simplification exposed;
 # shardings propagate before fusion, which must not pack values split over logical devices;
 # central-storage right after insert-collectives (a no-op except under CentralStorageStrategy)
 # so that every later pass sees its broadcasts and reductions like any other collective;
 # fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
 # dce removes what the rewrites orphaned.
-DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "insert-collectives", "central-storage",
+DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "mask-padding", "insert-collectives", "central-storage",
                                      "infer-locality",
                                      "check-locality", "simplify-collectives", "cse",
                                      "propagate-sharding", "fuse-collectives", "dce")

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import _context, ir
 from ..backends import Executable
+from ..dialects.rows import mark_rows
 from ..errors import DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
@@ -21,16 +22,16 @@ from . import dump, retracing
 from .cache import cache_size
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
+from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
 from .keys import is_key, key_data
 from .outline import rewrite
-from .signature import (ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
+from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         leaf_type, signature)
 from .takes import TraceInputs
 from .var_session import VarSession
 
 log = logging.getLogger("strategax")
-KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 class _Compiled:
@@ -48,6 +49,7 @@ class _Compiled:
         # each variable's buffer is an extra (donated) input and output, after the others
         self.var_slots = [(v._store, lay) for v, lay in
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
+        self.fast_builds = 0  # FastCall shortcuts built for this specialization
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -136,6 +138,7 @@ class StrategyFunction:
         self._strategy, self._fn = strategy, fn
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
+        self._fast: FastCall | None = None  # the last call's shortcut (trace/fast_call.py)
         self._cache_size = cache_size()
         self._reduce_retracing = bool(reduce_retracing)
         # the retracing warning: counted per Python function (`origin`: the user's function a
@@ -148,6 +151,14 @@ class StrategyFunction:
     def __call__(self, *args, **kwargs):
         if _context.is_tracing():
             return self._fn(*args, **kwargs)
+        fast = self._fast
+        if fast is not None and not kwargs:
+            out = fast(args)
+            if out is not MISS:
+                detector = self._detector
+                detector.calls += 1
+                fast.compiled.last_call = detector.calls
+                return out
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
                         self._reduce_retracing)
         compiled = self._cache.get(sig.key)
@@ -159,7 +170,11 @@ class StrategyFunction:
             compiled.last_call = detector.calls
         if compiled.inputs is not None:  # next(iterator) inside: take the batches now
             compiled.take_inputs(sig)
-        return compiled(sig)
+        out = compiled(sig)
+        if not kwargs and compiled.fast_builds < MAX_BUILDS:  # after the call: global arrays known
+            compiled.fast_builds += 1
+            self._fast = FastCall.build(compiled, sig, args)
+        return out
 
     # --- tracing and compiling ------------------------------------------------------------
     def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None):
@@ -176,6 +191,8 @@ class StrategyFunction:
                 kind = sig.kinds[i]
                 if kind == ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
                     v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
+                if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
+                    v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
@@ -194,9 +211,6 @@ class StrategyFunction:
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")
                     kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
-                    if kind == PER_REPLICA and rows is not None and leaf._local.ndim \
-                            and leaf._local.shape[0] == rows:
-                        kind = PER_EXAMPLE
                     plan.append((kind, len(arrays)))
                     arrays.append(leaf._local)
                 elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
@@ -228,6 +242,10 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
+        # the results mask-padding found to be per-example come back with each replica's real rows
+        per_example = set(module.attrs.get("per_example_results", ())) if sig.batch is not None else set()
+        out_info["plan"] = [(PER_EXAMPLE, index) if kind == PER_REPLICA and index in per_example
+                            else (kind, index) for kind, index in out_info["plan"]]
         return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:

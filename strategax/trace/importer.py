@@ -83,6 +83,8 @@ class _Importer:
         if is_key(value) or (aval is not None and is_key(aval)):
             value, aval = key_data(value), None
         array = np.asarray(value, dtype=None if aval is None else aval.dtype)
+        if isinstance(value, np.ndarray) and np.shares_memory(array, value):
+            array = array.copy()  # the user's NumPy array may change later; the program keeps its value
         key = None
         if array.size == 1:
             key = (array.dtype.str, array.shape, array.tobytes())

@@ -122,7 +122,7 @@ def _show(item: tuple) -> str:
 
 
 def _show_part(key: tuple) -> str:
-    if key[0] == "id":
+    if key[0] in ("id", "mutable"):
         return "another object"
     if key[0] == "fn":
         return "another function"
@@ -154,6 +154,11 @@ def _describe(fn: Callable, previous: tuple | None, now: tuple, cache_size: int)
                 "call it with the same nesting of lists, tuples and dicts every time")
     names = leaf_names(fn, tree, len(key) - 1)
     changed = [i for i in range(1, len(key)) if key[i] != old_key[i]]
+    mutable = [name for name, k in parts if k[0] == "mutable"]
+    if not changed and mutable:
+        return (f"nothing in the arguments: a new function object each call, and it reads {', '.join(mutable[:3])}, "
+                "which may have changed (a mutable object), so a new function of the same code traces again",
+                "define the function once, outside the loop, and pass what changes as arguments")
     if not changed:
         return ("nothing in the arguments: a new compiled function of the same Python function was made, or "
                 "its program had been evicted from the cache",

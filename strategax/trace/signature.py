@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import DistributionTypeError
+from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from .keys import is_key, physical_aval
 from .distributed_values import (DistributedValues, PerReplica, PerReplicaBatch, check_components,
@@ -30,6 +30,7 @@ SCALAR = "W"
 SCALAR_TYPES = (int, float, complex)  # exact types: bools and enums stay static (few values,
 # and they pick Python branches)
 PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
+KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 @dataclass
@@ -134,6 +135,11 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
                 batch = x
+            elif isinstance(x, PerReplicaBatch) and (x._counts != batch._counts or x._rows != batch._rows):
+                raise DistributionValueError(
+                    f"two padded batches with different real row counts ({list(batch._counts)} and "
+                    f"{list(x._counts)}) are passed to one call; the program sees one row count",
+                    "pass the leaves of one batch (one dataset element) per call")
         elif isinstance(x, ARRAY_TYPES):
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))

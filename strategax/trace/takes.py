@@ -27,6 +27,7 @@ from jax.extend import core as jex
 
 from .. import _context
 from ..dialects.effects import INPUT
+from ..dialects.rows import mark_rows
 from ..errors import DistributionTypeError, DistributionValueError, OutOfRangeError, user_location
 from ..ir import Locality, TensorType
 from .distributed_values import PerReplica, PerReplicaBatch, is_distributed
@@ -114,7 +115,8 @@ def take(iterator) -> Any:
         raise OutOfRangeError("next(iterator): the input iterator has no batch left", _END_FIX)
     outs = take_p.bind(iterator=index, types=tuple((t.shape, t.dtype) for t in spec.input_types))
     leaves = outs[:len(spec.types)]
-    if spec.rows is not None:  # later padding helpers mask this batch's padded rows
+    if spec.rows is not None:  # mask-padding follows this batch's rows; the helpers see its count
+        leaves = [mark_rows(v, outs[-1]) for v in leaves]
         _context.set_batch((outs[-1], spec.rows))
     if inputs.strategy.num_replicas_in_sync == 1:  # TensorFlow hands back plain values
         return jax.tree_util.tree_unflatten(spec.treedef, leaves)
