@@ -245,4 +245,6 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
         if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
             raise DistributionValueError(
                 f"the components of this {type(value).__name__} differ in shape or dtype: "
-                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype")
+                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype; components of "
+                "different lengths work outside compiled functions (strategy.run pads them, gather and "
+                "reduce(axis=...) combine them)")
