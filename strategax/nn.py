@@ -1,5 +1,6 @@
 """Loss helpers in the spirit of `tf.nn`, aware of padded partial batches (see
-`input.padding`): padded rows count for nothing."""
+`input.padding`): padded rows count for nothing. Plain JAX code does not need them: the
+`mask-padding` pass masks padded rows wherever rows are combined."""
 from __future__ import annotations
 
 import jax

@@ -106,6 +106,10 @@ def test_mean_and_var_per_replica_count_real_rows():
             np.testing.assert_allclose(np.asarray(m), want[0], rtol=1e-6)
             np.testing.assert_allclose(np.asarray(v), want[1], rtol=1e-5)
             np.testing.assert_allclose(np.asarray(o), want[2], rtol=1e-6)
+        standardized = strategy.run(lambda x: jax.nn.standardize(x, axis=0), args=(batch,))
+        for piece, s in zip(pieces, standardized.values, strict=True):
+            want = (piece - piece.mean(axis=0)) / np.sqrt(piece.var(axis=0) + 1e-5) if len(piece) else piece
+            np.testing.assert_allclose(np.asarray(s), want, rtol=1e-4, atol=1e-4)
 
 
 def test_tensorflow_mean_per_replica_case():
@@ -204,3 +208,46 @@ def test_convolution_and_pooling_gradients_count_real_rows():
         want = jax.grad(loss, argnums=(0, 1))(k1, k2, piece)
         for got, w in zip(grads, want, strict=True):
             np.testing.assert_allclose(np.asarray(got.values[r]), np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("devices", [["CPU:0"], ["CPU:0", "CPU:1"]])
+def test_batches_taken_in_an_on_device_loop_are_masked_per_step(devices):
+    # Intent: next(iterator) inside an sx.range loop marks each step's batch with its own row
+    # count: jnp.mean per replica is the mean of that step's real rows, the padded last batch
+    # included (with one replica too, where the loop sees the padded batch).
+    strategy = sx.MirroredStrategy(devices)
+    data = np.arange(1.0, 12.0, dtype=np.float32) ** 2  # batches of 4: 4, 4, 3 rows
+    batches = [data[i:i + 4] for i in range(0, 11, 4)]
+
+    @strategy.function
+    def total(iterator):
+        acc = jnp.float32(0.0)
+        for _ in sx.range(3):
+            acc = acc + strategy.reduce("SUM", strategy.run(jnp.mean, args=(next(iterator),)), axis=None)
+        return acc
+
+    n = len(devices)
+    want = sum(piece.mean() for b in batches
+               for piece in (np.array_split(b, n) if n == 1 else [b[:2], b[2:]]))
+    np.testing.assert_allclose(float(total(iter(strategy.experimental_distribute_dataset(batches)))), want,
+                               rtol=1e-6)
+
+
+def test_users_own_batch_mask_is_not_followed_in_a_loop():
+    # Intent: compute_average_loss masks with sx.nn.batch_mask (a select on iota < count, the
+    # count sliced out of the loop's stacked inputs): the pass trusts it, so the sum over the
+    # global batch size stays TensorFlow's (real rows / 4) on the partial last batch.
+    strategy = sx.MirroredStrategy(["CPU:0"])
+    data = np.arange(1.0, 12.0, dtype=np.float32)
+    batches = [data[i:i + 4] for i in range(0, 11, 4)]
+
+    @strategy.function
+    def total(iterator):
+        acc = 0.0
+        for _ in sx.range(3):
+            loss = strategy.run(lambda x: sx.nn.compute_average_loss(x, global_batch_size=4), args=(next(iterator),))
+            acc = acc + strategy.reduce("SUM", loss, axis=None)
+        return acc
+
+    np.testing.assert_allclose(float(total(iter(strategy.experimental_distribute_dataset(batches)))),
+                               sum(b.sum() / 4 for b in batches), rtol=1e-6)

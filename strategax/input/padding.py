@@ -2,7 +2,9 @@
 replica's real row count, passed to the compiled program as a hidden input (see
 `trace.distributed_values.PerReplicaBatch`). While a program is traced the count is visible
 through `strategax._context.batch()`; the helpers here use it so padded rows count for
-nothing in `strategy.reduce(..., axis=0)`, and trim what `reduce`/`gather` hand back.
+nothing in `strategy.reduce(..., axis=0)`, and trim what `reduce`/`gather` hand back. Inside
+the user's own code the `mask-padding` pass does this (`passes/mask_padding.py`): the
+helpers are not needed for correctness there.
 """
 from __future__ import annotations
 

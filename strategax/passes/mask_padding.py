@@ -95,7 +95,15 @@ def _is_row_mask(pred: Value, producer: dict, counts: set[int]) -> bool:
     if op is None or op.name != "jax.lt":
         return False
     lhs = producer.get(id(_through_shape_ops(op.operands[0], producer)))
-    return lhs is not None and lhs.name == "jax.iota" and id(_through_shape_ops(op.operands[1], producer)) in counts
+    if lhs is None or lhs.name != "jax.iota":
+        return False
+    v = op.operands[1]
+    while id(v) not in counts:  # the count itself may be made by a shape op (a loop's slice)
+        p = producer.get(id(v))
+        if p is None or p.name not in _SHAPE_OPS:
+            return False
+        v = p.operands[0]
+    return True
 
 
 def _constant(v: Value, producer: dict) -> float | None:
