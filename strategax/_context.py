@@ -50,6 +50,17 @@ def push(strategy, replica_context=None, in_merge: bool = False) -> Iterator[Non
         _state.stack.pop()
 
 
+def enter(strategy) -> None:
+    """Enter `strategy`'s cross-replica context until `leave` (a `scope()` object's entry)."""
+    _state.stack.append(Entry(strategy))
+
+
+def leave(strategy) -> None:
+    """Leave the context `enter` entered (the innermost one, which must be `strategy`'s)."""
+    if _state.stack and _state.stack[-1].strategy is strategy and _state.stack[-1].replica_context is None:
+        _state.stack.pop()
+
+
 def set_global(strategy) -> bool:
     """Make `strategy` current below every scope (None: drop it); False inside a scope."""
     while _state.stack and _state.stack[0].is_global:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _JAX_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                   for m in [__import__("jax"), __import__("jaxlib")])
@@ -15,11 +17,19 @@ def _is_internal(filename: str) -> bool:
             or "importlib" in path and "<frozen" in filename or filename.startswith("<frozen"))
 
 
+def _generated_by_strategax(frame) -> bool:
+    """A dataclass's generated `__init__` (file "<string>") of a strategax class."""
+    if frame.f_code.co_filename != "<string>":
+        return False
+    owner = frame.f_locals.get("self")
+    return type(owner).__module__.startswith("strategax.")
+
+
 def user_location(skip: int = 1) -> tuple[str, int]:
     """(file, line) of the innermost stack frame outside strategax and JAX."""
     frame = sys._getframe(skip)
     while frame is not None:
-        if not _is_internal(frame.f_code.co_filename):
+        if not _is_internal(frame.f_code.co_filename) and not _generated_by_strategax(frame):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return "<unknown>", 0
@@ -58,3 +68,53 @@ class CheckpointError(StrategaxError, ValueError):
 class OutOfRangeError(StrategaxError, RuntimeError):
     """An input iterator has no batch left for a `next()` inside a compiled function
     (TensorFlow's `tf.errors.OutOfRangeError`); the call ran nothing and took nothing."""
+
+
+# --- argument checks: each raises the matching error naming the user's line and a fix -------
+def check_callable(value, what: str, fix: str) -> None:
+    """`value` can be called (a function, lambda, or object with __call__)."""
+    if not callable(value):
+        raise DistributionTypeError(f"{what} must be callable, not {type(value).__name__} {value!r:.60}", fix,
+                                    location=user_location(2))
+
+
+def check_int(value, what: str, minimum: int | None = None, allow_none: bool = False) -> None:
+    """`value` is an int (not a bool; NumPy ints count), at least `minimum` if given."""
+    if value is None and allow_none:
+        return
+
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise DistributionTypeError(f"{what} must be an int{' or None' if allow_none else ''}, not "
+                                    f"{type(value).__name__} {value!r:.60}", f"pass a Python int for {what}",
+                                    location=user_location(2))
+    if minimum is not None and value < minimum:
+        raise DistributionValueError(f"{what} must be >= {minimum}, not {value}", f"pass {what} >= {minimum}",
+                                     location=user_location(2))
+
+
+def check_type(value, types, what: str, fix: str, allow_none: bool = False) -> None:
+    """`value` is an instance of `types` (or None where `allow_none`)."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, types):
+        raise DistributionTypeError(f"{what} must be {_names(types)}{' or None' if allow_none else ''}, not "
+                                    f"{type(value).__name__} {value!r:.60}", fix, location=user_location(2))
+
+
+def check_sequence(value, what: str, fix: str) -> None:
+    """`value` is a tuple or list (the `args=` of run, merge_call, update)."""
+    if not isinstance(value, (tuple, list)):
+        raise DistributionTypeError(f"{what} must be a tuple or list, not {type(value).__name__} {value!r:.60}",
+                                    fix, location=user_location(2))
+
+
+def check_mapping(value, what: str, fix: str) -> None:
+    """`value` is a dict-like mapping or None (the `kwargs=` of run, merge_call, update)."""
+    if value is not None and not hasattr(value, "keys"):
+        raise DistributionTypeError(f"{what} must be a dict or None, not {type(value).__name__} {value!r:.60}",
+                                    fix, location=user_location(2))
+
+
+def _names(types) -> str:
+    types = types if isinstance(types, tuple) else (types,)
+    return " or ".join(getattr(t, "__name__", str(t)) for t in types)

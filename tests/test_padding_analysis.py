@@ -2,6 +2,8 @@
 axis, so sums, means, contractions and their gradients count only real rows, and only
 per-example outputs are trimmed. References: one-device plain JAX / NumPy on the real rows,
 and TensorFlow's documented `[5.5, 7.0]`."""
+import json
+import pathlib
 import warnings
 
 import jax
@@ -121,7 +123,9 @@ def test_tensorflow_mean_per_replica_case():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     batch = next(iter(strategy.experimental_distribute_dataset([np.array([5.0, 6.0, 7.0], np.float32)])))
     out = strategy.run(jnp.mean, args=(batch,))
-    np.testing.assert_allclose([float(v) for v in out.values], [5.5, 7.0])
+    recorded = [r["value"] for r in RECORDED["mean_5_6_7_r2"]["result"]["means"]]  # TensorFlow 2.21
+    assert recorded == [5.5, 7.0]
+    np.testing.assert_allclose([float(v) for v in out.values], recorded)
 
 
 def test_values_that_are_not_per_example_are_never_trimmed():
@@ -277,3 +281,27 @@ def test_reduce_over_axis_0_in_a_function_trims_only_per_example_values():
     shaped = np.concatenate([p.sum() * w for p in pieces])
     np.testing.assert_allclose(np.asarray(s_w), shaped.sum(axis=0), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(m_w), shaped.mean(axis=0), rtol=1e-6)
+
+
+RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/padding.json").read_text())["scenarios"]
+
+
+def _values(records):
+    return [np.asarray(r["value"], np.float32) for r in records]
+
+
+def test_recorded_tensorflow_batch_statistics_on_a_partial_batch():
+    # Intent: TensorFlow 2.21's tf.reduce_mean(x, 0), tf.math.reduce_variance(x, 0) and
+    # tf.reduce_mean(x) inside strategy.run on 4 replicas, a full batch then rows 1, 1, 1, 0
+    # (tools/tf_record/record_padding.py): the same numbers from jnp.mean / jnp.var, NaN on
+    # the replica with no rows.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    x = np.arange(1.0, 23.0, dtype=np.float32).reshape(11, 2) ** 1.5
+    steps = RECORDED["stats_axis0_r4"]["result"]["steps"]
+    dist = strategy.experimental_distribute_dataset([x[:8], x[8:]])
+    for step, batch in zip(steps, dist, strict=True):
+        assert [len(v) for v in batch.values] == step["rows"]
+        out = strategy.run(lambda b: (jnp.mean(b, axis=0), jnp.var(b, axis=0), jnp.mean(b)), args=(batch,))
+        for got, key in zip(out, ("mean0", "var0", "mean"), strict=True):
+            for g, want in zip(got.values, _values(step[key]), strict=True):
+                np.testing.assert_allclose(np.asarray(g), want, rtol=2e-5, atol=1e-4)

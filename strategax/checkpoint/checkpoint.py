@@ -52,6 +52,7 @@ class Checkpoint:
     """Save/restore variables and optimizers given as keyword arguments (nested dicts allowed)."""
 
     def __init__(self, **objects):
+        names.collect(objects)  # what cannot be saved fails here, at the user's line
         self._objects = objects
         self._lock = threading.Lock()
         self._writing: threading.Thread | None = None
@@ -64,6 +65,7 @@ class Checkpoint:
         directory, or a path ending in a separator) writes `directory/ckpt-N`; `save(prefix)`
         (TensorFlow's spelling, e.g. `dir/ckpt`) writes `prefix-N`. `sx.latest_checkpoint`
         of the directory finds either."""
+        paths.check_path(file_prefix, "Checkpoint.save")
         directory, name = paths.resolve(file_prefix)
         return self._save(directory, name)
 
@@ -109,6 +111,7 @@ class Checkpoint:
         restores nothing (TensorFlow's spelling for "no checkpoint yet")."""
         if save_path is None:
             return InitializationOnlyStatus()
+        paths.check_path(save_path, "Checkpoint.restore")
         self.sync()
         path = os.fspath(save_path)
         _check_is_checkpoint(path)

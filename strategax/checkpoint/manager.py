@@ -35,6 +35,7 @@ class CheckpointManager:
         if checkpoint_interval is not None and step_counter is None:
             raise CheckpointError("`step_counter` should be passed if `checkpoint_interval` is not None.",
                                   "pass the variable counting training steps as step_counter")
+        paths.check_path(directory, "CheckpointManager's directory")
         paths.check_name(checkpoint_name)
         self._checkpoint, self._directory = checkpoint, os.fspath(directory)
         self._max_to_keep, self._name = max_to_keep, checkpoint_name

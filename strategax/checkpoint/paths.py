@@ -18,7 +18,7 @@ import shutil
 import socket
 import uuid
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DistributionTypeError
 
 NUMBERED = re.compile(r"(?P<name>[^.].*)-(?P<number>\d+)\Z")
 CLAIM, NEW, TRASH = ".sx-claim-", ".sx-new-", ".sx-trash-"
@@ -66,8 +66,18 @@ def numbered(directory: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
+def check_path(path, api: str) -> None:
+    """`path` is a string or os.PathLike."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise DistributionTypeError(f"{api} takes a path, not {type(path).__name__} {path!r:.40}",
+                                    "pass the path as a string")
+
+
 def latest_checkpoint(directory: str) -> str | None:
     """The path of the newest complete checkpoint in `directory` (the largest N), or None."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise DistributionTypeError(f"latest_checkpoint takes a directory path, not {type(directory).__name__} "
+                              f"{directory!r:.40}", "pass the directory the checkpoints were saved in, as a string")
     found = numbered(os.fspath(directory))
     return found[-1][1] if found else None
 

@@ -2,13 +2,23 @@
 
 `fuse-collectives` makes it. N operands give N results (each the reduction of its operand);
 `reasons` and `locs` keep every member's reason and source line so the dump's bucket table can
-say where each tensor came from. It lowers to ONE flat collective: ravel, concatenate, one
-reduction, split, reshape, so the lowered program holds exactly one all_reduce per bucket.
+say where each tensor came from. How a bucket is lowered depends on the backend the program is
+lowered for (JAX picks the rule per platform, also for `f.export(platforms=...)`):
+
+- TPU and GPU (and any other): ONE flat collective: ravel, concatenate, one reduction, split,
+  reshape, so the lowered program holds exactly one all_reduce per bucket; on these the
+  copies are cheap next to the launches they save.
+- CPU: one all_reduce per member, as hand-written `lax.psum` of the tuple lowers: the copies
+  of the flat buffer cost 2-4% of a step on XLA:CPU, which runs every all_reduce in the
+  same thread pool anyway. (A variadic all_reduce would keep one op, but XLA's SPMD
+  partitioner rejects it inside `shard_map`, JAX 0.10.2.)
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
 
 from ..ir import Attr, Enum, Int, OpDef, Operation, Str, declare
 from .collectives import REDUCE_OPS, mirrored, reduce_over_replicas, reference_reduce
@@ -37,17 +47,31 @@ declare(OpDef("sx.all_reduce_bucket", "All-reduce several tensors of one dtype a
               locality=mirrored, verify=_verify_bucket, is_collective=True))
 
 
-def _lower_bucket(op, args, ctx):
-    flat = jnp.concatenate([jnp.ravel(x) for x in args])
-    reduced = reduce_over_replicas(op.attrs["op"], flat, ctx.axis_name)
+def flat_bucket(*xs, op: str, axis_name):
+    """The bucket as one flat collective (ravel, concatenate, reduce, split)."""
+    flat = jnp.concatenate([jnp.ravel(x) for x in xs])
+    reduced = reduce_over_replicas(op, flat, axis_name)
     outs, start = [], 0
-    for x in args:
+    for x in xs:
         size = int(np.prod(x.shape, dtype=np.int64))
         outs.append(reduced[start:start + size].reshape(x.shape))
         start += size
     return outs
 
 
-LOWERINGS["sx.all_reduce_bucket"] = _lower_bucket
+def member_bucket(*xs, op: str, axis_name):
+    """The bucket as one all_reduce per member (no copies)."""
+    return [reduce_over_replicas(op, x, axis_name) for x in xs]
+
+
+# The lowering is chosen per platform when the program is lowered, not when it is traced.
+bucket_p = Primitive("sx_all_reduce_bucket")
+bucket_p.multiple_results = True
+bucket_p.def_abstract_eval(lambda *xs, **params: list(xs))
+mlir.register_lowering(bucket_p, mlir.lower_fun(flat_bucket, multiple_results=True))
+mlir.register_lowering(bucket_p, mlir.lower_fun(member_bucket, multiple_results=True), platform="cpu")
+
+LOWERINGS["sx.all_reduce_bucket"] = lambda op, args, ctx: bucket_p.bind(
+    *args, op=op.attrs["op"], axis_name=ctx.axis_name)
 REFERENCE["sx.all_reduce_bucket"] = lambda op, args, ctx: [
     [reference_reduce(op.attrs["op"], x)] * len(x) for x in args]

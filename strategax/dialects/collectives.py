@@ -15,7 +15,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array
 from .effects import COLLECTIVE
 from .jax_ops import register_primitive
@@ -195,10 +195,34 @@ REFERENCE["sx.all_gather"] = lambda op, args, ctx: [
     [np.concatenate([np.asarray(x) for x in args[0]], axis=op.attrs["axis"])] * len(args[0])]
 
 
+def check_axis_type(axis, api: str, allow_none: bool = False) -> None:
+    """`axis` is a Python (or NumPy) int (or None where `allow_none`), not a string or bool."""
+    if axis is None and allow_none:
+        return
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise DistributionTypeError(
+            f"{api}: axis must be an int{' or None' if allow_none else ''}, not "
+            f"{type(axis).__name__} {axis!r}", "pass an int axis, e.g. axis=0 for the batch axis")
+
+
+def check_axis(axis, ndim: int, api: str) -> int:
+    """`axis` in [-ndim, ndim) for a value of rank `ndim`, as a non-negative int (TensorFlow
+    raises for an axis out of range; it must not wrap around)."""
+    check_axis_type(axis, api)
+    if not -ndim <= int(axis) < ndim:
+        raise DistributionValueError(
+            f"{api}: axis {axis} is out of range for a value of rank {ndim} "
+            f"(valid: {-ndim}..{ndim - 1})" if ndim else f"{api}: axis {axis} given for a scalar value",
+            "pass an axis of the per-replica value (0 is the batch axis)" if ndim else
+            "reduce a scalar without an axis (axis=None), or give it a dimension (x[None])")
+    return int(axis) % ndim
+
+
 def all_gather(x, axis: int, num_replicas: int, reason: str):
     """Every replica's `x` concatenated along `axis` (traced)."""
     x = jnp.asarray(x)
     if x.ndim == 0:
         raise DistributionValueError("all_gather of a scalar: there is no axis to concatenate along",
                                      "gather a value of rank >= 1 (e.g. x[None])")
-    return all_gather_p.bind(x, axis=axis % x.ndim, num_replicas=num_replicas, reason=reason)
+    axis = check_axis(axis, x.ndim, reason)
+    return all_gather_p.bind(x, axis=axis, num_replicas=num_replicas, reason=reason)

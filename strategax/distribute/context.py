@@ -5,7 +5,7 @@ context while the replica function is traced. The state itself lives in `strateg
 from __future__ import annotations
 
 from .. import _context
-from ..errors import DistributionRuntimeError, DistributionValueError
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
 
 
 def get_strategy():
@@ -32,10 +32,11 @@ def in_cross_replica_context() -> bool:
 
 
 def get_cross_replica_context():
-    """The current strategy in cross-replica context, else None."""
+    """The current strategy in cross-replica context, else None (also outside every scope, as
+    in TensorFlow: the default strategy is in its replica context there)."""
     entry = _context.current()
     if entry is None:
-        return get_strategy()
+        return None
     return entry.strategy if entry.replica_context is None else None
 
 
@@ -49,6 +50,10 @@ def require_cross_replica(api: str) -> None:
 
 def experimental_set_strategy(strategy) -> None:
     """Make `strategy` current for the rest of this thread (None resets to the default)."""
+    if strategy is not None and not hasattr(strategy, "num_replicas_in_sync"):
+        raise DistributionTypeError(
+            f"experimental_set_strategy takes a strategy or None, not {type(strategy).__name__} {strategy!r:.40}",
+            "pass a strategy (e.g. sx.MirroredStrategy()), or None to go back to the default")
     if not _context.set_global(strategy):
         raise DistributionValueError("experimental_set_strategy called inside a strategy scope",
                                      "call it at the top level, outside any `with scope()`")

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import jax
 
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError
 
 _DEVICE = re.compile(r"^(?:/job:[^/]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:device:)?"
                      r"(?P<kind>[A-Za-z_]+):(?P<index>\d+)$", re.IGNORECASE)
@@ -44,6 +44,10 @@ def resolve_devices(specs: Sequence[Any] | None) -> list[jax.Device]:
         return list(jax.local_devices())
     if isinstance(specs, (str, jax.Device)):
         specs = [specs]
+    if not isinstance(specs, (list, tuple)) and not hasattr(specs, "__iter__"):
+        raise DistributionTypeError(
+            f"devices must be a list of devices, not {type(specs).__name__} {specs!r:.60}",
+            'pass a list such as ["CPU:0", "CPU:1"], jax.devices(), or None for all local devices')
     devices = [resolve_device(s) for s in specs]
     if not devices:
         raise DistributionValueError("no devices given", "pass at least one device")

@@ -11,15 +11,18 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..dialects import collectives
-from ..errors import DistributionValueError
+from ..errors import (DistributionTypeError, DistributionValueError, check_callable, check_int, check_mapping,
+                      check_sequence, check_type)
 from ..trace import StrategyFunction
 from ..trace import range as steps_range
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key
 from ..trace.retracing import Detector
-from ..trace.distributed_values import Mirrored, PerReplica, is_distributed
+from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
+from .options import check_options
 from .reduce_op import ReduceOp
+from .replica_context import ReplicaContext
 
 
 def _is_device_string(destinations) -> bool:
@@ -101,6 +104,9 @@ class StrategyExtended:
         `sx.range`); returns the MultiStepContext. When the iterator runs out, the steps that
         have batches run. `initial_loop_values` is accepted for TensorFlow 1 code and not
         needed: the outputs' structure comes from `fn`."""
+        check_callable(fn, "experimental_run_steps_on_iterator's fn", "pass a function fn(ctx, inputs)")
+        check_int(iterations, "iterations", minimum=1)
+
         def make():
             traced = MultiStepContext()  # keeps the non-tensor outputs set while tracing
 
@@ -126,8 +132,21 @@ class StrategyExtended:
     def batch_reduce_to(self, reduce_op, value_destination_pairs: Sequence, options=None) -> list:
         """`reduce_to` of many values; with `options.bytes_per_pack` the reductions are bucketed."""
         context.require_cross_replica("extended.batch_reduce_to")
+        check_options(options, "extended.batch_reduce_to")
         op = ReduceOp.parse(reduce_op)
+        if not isinstance(value_destination_pairs, (list, tuple)) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 for p in value_destination_pairs):
+            raise DistributionTypeError(
+                f"batch_reduce_to takes a list of (value, destinations) pairs, not {value_destination_pairs!r:.80}",
+                "pass [(value, destinations), ...], e.g. [(grad, var) for grad, var in grads_and_vars]")
         pairs = list(value_destination_pairs)
+        for value, _ in pairs:
+            for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
+                if not (is_distributed(x) or getattr(x, "_is_variable", False) or hasattr(x, "dtype")
+                        or isinstance(x, (int, float, complex, bool))):
+                    raise DistributionTypeError(f"extended.reduce_to got a {type(x).__name__} ({x!r:.40}) where it "
+                                                "takes arrays or distributed values",
+                                                "pass the PerReplica value that strategy.run returned")
         for value, _ in pairs:
             if not is_distributed(value) and op is ReduceOp.SUM and self._strategy.num_replicas_in_sync > 1:
                 raise DistributionValueError(
@@ -151,32 +170,56 @@ class StrategyExtended:
                 out.append(value)
                 continue
             out.append(Mirrored._traced(collectives.all_reduce(
-                value._local, op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
+                local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any):
         """`tensor` (the same everywhere in cross-replica code) as a Mirrored value."""
+        if not hasattr(tensor, "dtype") and not isinstance(tensor, (int, float, bool, list, tuple)):
+            raise DistributionTypeError(f"broadcast_to takes a tensor, not {type(tensor).__name__} {tensor!r:.40}",
+                                        "pass an array (the same value for every replica)")
         if _context.is_tracing():
             return Mirrored._traced(jnp.asarray(tensor))
         return Mirrored(tuple(jax.device_put(jnp.asarray(tensor), d) for d in self._strategy._devices))
 
     # --- updates ---------------------------------------------------------------------------
-    def _update_args(self, args: Any) -> Any:
+    def _update_args(self, args: Any, per_replica_ok: bool = False) -> Any:
         def unwrap(x):
-            if isinstance(x, PerReplica):
+            if isinstance(x, PerReplica) and not per_replica_ok:
                 raise DistributionValueError(
                     "a PerReplica value was passed to extended.update: every copy of a mirrored "
                     "variable must receive the same value",
                     "reduce it first (extended.reduce_to / batch_reduce_to)")
             if is_distributed(x):
-                return x._local if x._local is not None else x.values[0]
+                return local_value(x) if _context.is_tracing() else x.values[0]
             return x
         return jax.tree_util.tree_map(unwrap, args, is_leaf=is_distributed)
 
     def update(self, var, fn: Callable, args=(), kwargs=None, group: bool = True):
-        """Run `fn(var, *args, **kwargs)` in cross-replica (update) context; args must be mirrored."""
+        """Run `fn(var, *args, **kwargs)` in update context and return one result per replica (a
+        Mirrored for `group=True`, a tuple otherwise), as TensorFlow. A PerReplica argument
+        gives copy i of a sync-on-read variable component i; for a mirrored variable it must be
+        provably the same on every replica (inside a compiled function) or be reduced first."""
         context.require_cross_replica("extended.update")
-        args, kwargs = self._update_args((tuple(args), kwargs or {}))
+        if not getattr(var, "_is_variable", False):
+            raise DistributionTypeError(f"extended.update's var must be a variable, not {type(var).__name__}",
+                                        "pass the sx.Variable to update: extended.update(v, fn, args=(x,))")
+        check_callable(fn, "extended.update's fn", "pass a function fn(var, *args) that updates the variable")
+        check_sequence(args, "extended.update's args", "wrap a single argument as args=(x,)")
+        check_mapping(kwargs, "extended.update's kwargs", "pass keyword arguments as kwargs={'name': value}")
+        check_type(group, bool, "extended.update's group", "pass group=True or False")
+        kwargs = kwargs or {}
+        per_replica = any(isinstance(x, PerReplica) for x in
+                          jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_distributed))
+        if per_replica and not _context.is_tracing():  # one compiled program gives each copy its part
+            return self._strategy.function(
+                lambda a, k: self.update(var, fn, a, k, group), name="update")(tuple(args), kwargs)
+        local = per_replica and getattr(var, "_per_replica", False)  # a sync-on-read variable
+        args, kwargs = self._update_args((tuple(args), kwargs), per_replica_ok=_context.is_tracing())
+        if local:  # each replica writes its own copy, as TensorFlow's per-device update
+            with _context.push(self._strategy, ReplicaContext(self._strategy)):
+                result = fn(var, *args, **kwargs)
+            return self._group(result, group, PerReplica)
         with _context.push(self._strategy):
             result = fn(var, *args, **kwargs)
         return self._group(result, group)
@@ -184,16 +227,32 @@ class StrategyExtended:
     def update_non_slot(self, colocate_with, fn: Callable, args=(), kwargs=None, group: bool = True):
         """Run `fn(*args, **kwargs)` once in cross-replica context (e.g. to bump a step counter)."""
         context.require_cross_replica("extended.update_non_slot")
+        check_callable(fn, "extended.update_non_slot's fn", "pass a function fn(*args)")
+        check_sequence(args, "extended.update_non_slot's args", "wrap a single argument as args=(x,)")
         args, kwargs = self._update_args((tuple(args), kwargs or {}))
         with _context.push(self._strategy):
             result = fn(*args, **kwargs)
         return self._group(result, group)
 
-    def _group(self, result, group: bool):
-        if group:
-            return result
+    def _group(self, result, group: bool, cls=Mirrored):
+        """One result per replica, as TensorFlow: `cls` values for group=True (a plain value
+        with one replica), else a tuple with one result per replica."""
         n = self._strategy.num_replicas_in_sync
-        return tuple(result for _ in range(n))
+        if result is None:
+            return None
+
+        def one(x):
+            if is_distributed(x) or getattr(x, "_is_variable", False) or not hasattr(x, "dtype"):
+                return x
+            if _context.is_tracing():
+                return cls._traced(x)
+            return cls(tuple(x for _ in range(n)))
+        if not group:
+            per = jax.tree_util.tree_map(one, result, is_leaf=is_distributed) if cls is PerReplica else result
+            return tuple(per for _ in range(n))
+        if n == 1 and cls is Mirrored:
+            return result
+        return jax.tree_util.tree_map(one, result, is_leaf=is_distributed)
 
     # --- variables -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -206,6 +265,9 @@ class StrategyExtended:
 
     def read_var(self, v):
         """The cross-replica value of `v` (aggregated for a sync-on-read variable)."""
+        if not getattr(v, "_is_variable", False):
+            raise DistributionTypeError(f"read_var takes a variable, not {type(v).__name__} {v!r:.40}",
+                                        "pass an sx.Variable created in the strategy's scope")
         return v.read_value()
 
     def value_container(self, value):

@@ -28,6 +28,8 @@ class LogicalDevicesMixin:
         """Split `tensor` over the logical devices: dimension i into partition_dimensions[i] pieces."""
         x = self._annotation_operand(tensor, "experimental_split_to_logical_devices")
         try:
+            if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in partition_dimensions):
+                raise TypeError
             dims = tuple(int(d) for d in partition_dimensions)
         except TypeError:
             raise DistributionTypeError(
@@ -82,4 +84,7 @@ class LogicalDevicesMixin:
             raise DistributionValueError(
                 f"{what} got a {type(tensor).__name__}; it annotates a tensor inside the replica function",
                 "call it inside strategy.run on the replica's own tensor")
+        if not hasattr(tensor, "dtype") and not isinstance(tensor, (int, float, bool, list, tuple)):
+            raise DistributionTypeError(f"{what} takes a tensor, not {type(tensor).__name__} {tensor!r:.40}",
+                                        "pass the replica's array")
         return jnp.asarray(tensor)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import jax
 
 from .. import _context
-from ..errors import DistributionRuntimeError
+from ..errors import DistributionRuntimeError, check_callable, check_mapping, check_sequence
 from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
 
 
@@ -38,12 +38,18 @@ def _to_local(x: Any) -> Any:
 def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None) -> Any:
     """Run `merge_fn(strategy, *args, **kwargs)` in cross-replica context; see the module doc."""
     strategy = replica_context.strategy
+    check_callable(merge_fn, "merge_call's merge_fn", "pass a function merge_fn(strategy, *args)")
+    check_sequence(args, "merge_call's args", "wrap a single argument as args=(x,)")
+    check_mapping(kwargs, "merge_call's kwargs", "pass keyword arguments as kwargs={'name': value}")
     kwargs = kwargs or {}
     entry = _context.current()
     if entry is not None and entry.in_merge:
         raise DistributionRuntimeError(
             "merge_call was called inside merge_fn (a nested merge_call)",
             "merge_fn already runs in cross-replica context: call what you need directly there")
+    if entry is None and getattr(strategy, "_is_default", False):  # the default replica context
+        with _context.push(strategy, None, in_merge=True):
+            return merge_fn(strategy, *args, **kwargs)
     if entry is None or entry.replica_context is None:
         raise DistributionRuntimeError("merge_call was called outside a replica function",
                                        "call it inside the function given to strategy.run")

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ..cluster import ClusterResolver, Peers, TFConfigClusterResolver, WorkerRuntime, join
-from ..errors import DistributionRuntimeError, DistributionValueError
+from ..errors import DistributionRuntimeError, DistributionValueError, check_type
 from ..variables.buffers import VarBuffer, first_replica_value
 from .extended import StrategyExtended
 from .multi_worker_input import MultiWorkerInputMixin
@@ -79,6 +79,8 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
                                          "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
         if communication_options is None:
             communication_options = CommunicationOptions()
+        check_type(communication_options, CommunicationOptions, "communication_options",
+                   "pass sx.CommunicationOptions(...), or leave it out")
         self._cluster_resolver = cluster_resolver
         self._communication_options = communication_options
         addresses = cluster_resolver.worker_addresses()

@@ -4,6 +4,16 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..errors import DistributionTypeError, DistributionValueError, check_int
+
+
+def check_options(options, api: str) -> None:
+    """`options` is None or a CommunicationOptions."""
+    if options is not None and not isinstance(options, CommunicationOptions):
+        raise DistributionTypeError(f"{api}'s options must be sx.CommunicationOptions or None, not "
+                                    f"{type(options).__name__} {options!r:.40}",
+                                    "pass sx.CommunicationOptions(bytes_per_pack=...), or leave options out")
+
 
 class CommunicationImplementation(enum.Enum):
     """Which collective implementation to use; XLA picks on every backend, so all mean AUTO."""
@@ -24,12 +34,26 @@ class CommunicationOptions:
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO
 
     def __post_init__(self):
-        if not isinstance(self.bytes_per_pack, int) or self.bytes_per_pack < 0:
-            raise ValueError(f"bytes_per_pack must be a non-negative int, not {self.bytes_per_pack!r}")
-        if self.timeout_seconds is not None and self.timeout_seconds <= 0:
-            raise ValueError(f"timeout_seconds must be positive, not {self.timeout_seconds!r}")
-        if isinstance(self.implementation, str):
-            object.__setattr__(self, "implementation", CommunicationImplementation[self.implementation.upper()])
+        check_int(self.bytes_per_pack, "bytes_per_pack", minimum=0)
+        t = self.timeout_seconds
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+            raise DistributionTypeError(f"timeout_seconds must be a number or None, not {type(t).__name__} {t!r:.40}",
+                                        "pass the timeout in seconds, e.g. timeout_seconds=60")
+        if t is not None and t <= 0:
+            raise DistributionValueError(f"timeout_seconds must be positive, not {t!r}",
+                                         "pass a positive number of seconds, or None for no timeout")
+        impl = self.implementation
+        names = ", ".join(f"sx.CommunicationImplementation.{m}" for m in CommunicationImplementation.__members__)
+        if isinstance(impl, str):
+            if impl.upper() not in CommunicationImplementation.__members__:
+                raise DistributionValueError(f"unknown implementation {impl!r}", f"use one of {names}")
+            object.__setattr__(self, "implementation", CommunicationImplementation[impl.upper()])
+        elif not isinstance(impl, CommunicationImplementation):
+            name = getattr(impl, "name", None)  # TensorFlow's enum
+            if not isinstance(name, str) or name not in CommunicationImplementation.__members__:
+                raise DistributionTypeError(f"implementation must be a CommunicationImplementation, not "
+                                            f"{type(impl).__name__} {impl!r:.40}", f"use one of {names}")
+            object.__setattr__(self, "implementation", CommunicationImplementation[name])
 
     def merge(self, other: "CommunicationOptions | None") -> "CommunicationOptions":
         """`other`'s non-default fields override this one's (TensorFlow's options merging)."""

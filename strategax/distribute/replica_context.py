@@ -7,8 +7,18 @@ import jax
 import jax.numpy as jnp
 
 from ..dialects import collectives
+from ..input import padding
+from ..errors import DistributionTypeError
 from .merge import merge_call
+from .options import check_options
 from .reduce_op import ReduceOp
+
+
+def _check_values(value: Any, api: str) -> None:
+    for x in jax.tree_util.tree_leaves(value):
+        if not hasattr(x, "dtype") and not isinstance(x, (int, float, complex, bool)):
+            raise DistributionTypeError(f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays or numbers",
+                                        "pass arrays or numbers (or pytrees of them)")
 
 
 class ReplicaContext:
@@ -37,15 +47,23 @@ class ReplicaContext:
     def all_reduce(self, reduce_op, value: Any, options=None) -> Any:
         """Every replica gets the SUM or MEAN over replicas of `value` (any pytree)."""
         op = ReduceOp.parse(reduce_op).ir_name
+        _check_values(value, "ReplicaContext.all_reduce")
+        check_options(options, "ReplicaContext.all_reduce")
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
         """Every replica gets all replicas' values concatenated along `axis`."""
+        collectives.check_axis_type(axis, "ReplicaContext.all_gather")
         n = self.num_replicas_in_sync
-        return jax.tree_util.tree_map(
-            lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"), value)
+
+        def one(x):
+            padding.check_not_padded(x, "ReplicaContext.all_gather", "all_gather values without the "
+                                     "batch's rows (e.g. per-replica sums), or return the rows from strategy.run "
+                                     "and call strategy.gather outside the compiled function")
+            return collectives.all_gather(x, axis, n, "ReplicaContext.all_gather")
+        return jax.tree_util.tree_map(one, value)
 
     def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
         """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""
@@ -67,4 +85,5 @@ class DefaultReplicaContext(ReplicaContext):
         return value
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
+        jax.tree_util.tree_map(lambda x: collectives.check_axis(axis, jnp.ndim(x), "ReplicaContext.all_gather"), value)
         return value

@@ -1,26 +1,29 @@
 """The Strategy API: `MirroredStrategy`, `OneDeviceStrategy` and their shared base."""
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _context
 from ..backends import make_mesh
 from ..dialects import collectives
-from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError
+from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_callable,
+                      check_int, check_mapping, check_type)
 from ..input import padding
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import NumpyDataset
+from ..input.options import InputOptions
 from ..trace import StrategyFunction
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key, named_parts
 from ..trace.retracing import Detector
-from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, check_components, is_distributed, regroup
-from . import context
+from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
+                                        local_value, regroup)
+from . import context, ragged
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
 from .logical_devices import LogicalDevicesMixin
@@ -32,6 +35,12 @@ class ValueContext:
     """What `experimental_distribute_values_from_function`'s value_fn is told."""
 
     def __init__(self, replica_id_in_sync_group: int = 0, num_replicas_in_sync: int = 1):
+        check_int(num_replicas_in_sync, "num_replicas_in_sync", minimum=1)
+        check_int(replica_id_in_sync_group, "replica_id_in_sync_group", minimum=0)
+        if replica_id_in_sync_group >= num_replicas_in_sync:
+            raise DistributionValueError(
+                f"replica_id_in_sync_group {replica_id_in_sync_group} is not below num_replicas_in_sync "
+                f"{num_replicas_in_sync}", "pass a replica id in 0..num_replicas_in_sync-1")
         self.replica_id_in_sync_group = replica_id_in_sync_group
         self.num_replicas_in_sync = num_replicas_in_sync
 
@@ -40,8 +49,63 @@ class ValueContext:
                 f"num_replicas_in_sync={self.num_replicas_in_sync})")
 
 
+_VALUE_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
+
+
+def check_values(value: Any, api: str) -> None:
+    """Every leaf of `value` is an array, a number, a distributed value or a variable."""
+    for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
+        if not (is_distributed(x) or getattr(x, "_is_variable", False) or isinstance(x, _VALUE_TYPES)):
+            raise DistributionTypeError(
+                f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays, numbers or "
+                "distributed values", "pass arrays (or pytrees of them), e.g. what strategy.run returned")
+
+
+def _check_run_options(options) -> None:
+    if options is not None and type(options).__name__ != "RunOptions":
+        raise DistributionTypeError(
+            f"strategy.run's options must be None or a RunOptions, not {type(options).__name__}",
+            "leave options out (strategax compiles every run; TensorFlow's RunOptions are accepted and ignored)")
+
+
+def _check_input_options(options) -> None:
+    check_type(options, InputOptions, "options", "pass sx.InputOptions(...), or leave options out",
+               allow_none=True)
+
+
 def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
+
+
+def _is_mirrored_variable(x) -> bool:
+    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
+
+
+class StrategyScope:
+    """What `strategy.scope()` returns: a context manager that may be entered again after it
+    exits (TensorFlow 2.21 fails part-way through a second entry; see docs/porting.md)."""
+
+    def __init__(self, strategy):
+        self._strategy = strategy
+        self._entered: list[bool] = []  # per active entry: whether it pushed a context
+
+    def __enter__(self):
+        strategy = self._strategy
+        entry = _context.current()
+        if entry is not None and entry.strategy is not strategy and not entry.is_global:
+            raise DistributionRuntimeError(
+                f"cannot enter the scope of {strategy!r} inside the scope of {entry.strategy!r}",
+                "use one strategy at a time: leave the other scope first")
+        # scope() inside the replica function stays in replica context, as in TensorFlow
+        pushed = not (entry is not None and entry.replica_context is not None and entry.strategy is strategy)
+        if pushed:
+            _context.enter(strategy)
+        self._entered.append(pushed)
+        return strategy
+
+    def __exit__(self, *exc) -> None:
+        if self._entered.pop():
+            _context.leave(self._strategy)
 
 
 class Strategy(LogicalDevicesMixin):
@@ -94,24 +158,19 @@ class Strategy(LogicalDevicesMixin):
         devs = ", ".join(f"{d.platform.upper()}:{d.id}" for d in self._devices)
         return f"{type(self).__name__}([{devs}])"
 
-    @contextlib.contextmanager
-    def scope(self):
+    def scope(self) -> "StrategyScope":
         """Enter cross-replica context for this strategy (variables created here are distributed)."""
-        entry = _context.current()
-        if entry is not None and entry.strategy is not self and not entry.is_global:
-            raise DistributionRuntimeError(
-                f"cannot enter the scope of {self!r} inside the scope of {entry.strategy!r}",
-                "use one strategy at a time: leave the other scope first")
-        if entry is not None and entry.replica_context is not None and entry.strategy is self:
-            yield self  # scope() inside the replica function: stays in replica context, as in TF
-            return
-        with _context.push(self):
-            yield self
+        return StrategyScope(self)
 
     def function(self, fn: Callable | None = None, *, name: str | None = None, reduce_retracing: bool = False):
         """Compile a whole Python step (run, reduce and all) into one program (like tf.function);
         `reduce_retracing=True` traces Python ints, floats and complexes as values (one program
         for a learning-rate schedule) instead of baking each value into its own program."""
+        check_type(name, str, "strategy.function's name", "pass a string name, or leave it out",
+                   allow_none=True)
+        check_type(reduce_retracing, bool, "reduce_retracing", "pass reduce_retracing=True or False")
+        if fn is not None:
+            check_callable(fn, "strategy.function's fn", "decorate a function: @strategy.function")
         if fn is None:
             return lambda f: StrategyFunction(self, f, name, reduce_retracing=reduce_retracing)
         return StrategyFunction(self, fn, name, reduce_retracing=reduce_retracing)
@@ -124,15 +183,20 @@ class Strategy(LogicalDevicesMixin):
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
         """Run `fn` on every replica; per-replica arguments give replica i its component i."""
-        kwargs = kwargs or {}
+        check_callable(fn, "strategy.run's fn", "pass the replica function: strategy.run(fn, args=(x,))")
         if not isinstance(args, (tuple, list)):
             raise DistributionTypeError(f"`args` must be a tuple or list, not {type(args).__name__}",
                                         "wrap a single argument as args=(x,)")
+        check_mapping(kwargs, "strategy.run's kwargs", "pass keyword arguments as kwargs={'name': value}")
+        _check_run_options(options)
+        kwargs = dict(kwargs or {})
         entry = _context.current()
         if entry is not None and entry.replica_context is not None:
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
         if not _context.is_tracing():  # a function of the same code, defaults and captures: one runner
+            args, kwargs = _tree_map_distributed(
+                lambda x: ragged.as_padded_batch(self, x) if ragged.is_ragged(x) else x, (tuple(args), kwargs))
             runner = self._run_functions.get_or_make(function_key(fn), lambda: StrategyFunction(
                 self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"),
                 origin=fn, parts=named_parts(fn)))
@@ -144,13 +208,7 @@ class Strategy(LogicalDevicesMixin):
             lambda x: x if is_distributed(x) else PerReplica._traced(jnp.asarray(x)), result)
 
     def _to_local(self, x):
-        if not is_distributed(x):
-            return x
-        if x._local is None:
-            raise DistributionValueError(
-                f"a {type(x).__name__} built outside this function was captured by it",
-                "pass distributed values to the function as arguments")
-        return x._local
+        return local_value(x) if is_distributed(x) else x
 
     def _finalize_outputs(self, tree):
         """With one replica TensorFlow hands back plain values, not distributed ones."""
@@ -166,20 +224,31 @@ class Strategy(LogicalDevicesMixin):
         """Combine a distributed value (or a pytree of them) across replicas into one value."""
         context.require_cross_replica("strategy.reduce")
         op = ReduceOp.parse(reduce_op)
+        collectives.check_axis_type(axis, "strategy.reduce", allow_none=True)
+        check_values(value, "strategy.reduce")
         leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
         n = self.num_replicas_in_sync
         if not any(is_distributed(x) for x in leaves):
             return self._reduce_plain(op, value, axis)
+        if not _context.is_tracing() and any(ragged.is_ragged(x) for x in leaves):
+            return _tree_map_distributed(
+                lambda x: ragged.reduce(op.ir_name, x, axis) if ragged.is_ragged(x) else self.reduce(op, x, axis),
+                value)
         for x in leaves:
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis), lambda: lambda value: self.reduce(op, value, axis), "reduce")
+            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
+                             "reduce")
+            padding.check_even(value, axis)
             if axis is None:
-                padding.check_even(value)
                 return padding.trim_reduced(value, fn(value))
             return fn(value)
-        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis), value)
+        return self._reduce_tree(op, value, axis, trimmed=False)
+
+    def _reduce_tree(self, op: ReduceOp, value: Any, axis: int | None, trimmed: bool):
+        """The traced reduction of every leaf; `trimmed`: the caller drops padded rows after."""
+        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis, trimmed), value)
 
     def _reduce_plain(self, op: ReduceOp, value: Any, axis: int | None):
         """TensorFlow 2.21 treats a plain value as the same on every replica: MEAN returns it
@@ -190,17 +259,25 @@ class Strategy(LogicalDevicesMixin):
                 f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} replicas "
                 "(TensorFlow raises here too: the sum is ambiguous)",
                 "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
-        if axis is None:
-            return value
-        if op is ReduceOp.MEAN:
-            return jax.tree_util.tree_map(lambda x: jnp.mean(jnp.asarray(x), axis=axis), value)
-        return jax.tree_util.tree_map(lambda x: n * jnp.sum(jnp.asarray(x), axis=axis), value)
+        if axis is None:  # a variable gives its value, as TensorFlow's reduce of one
+            return jax.tree_util.tree_map(lambda x: x.read_value() if getattr(x, "_is_variable", False) else x, value)
 
-    def _reduce_traced(self, op: ReduceOp, x, axis):
-        local = x._local if is_distributed(x) else jnp.asarray(x)
+        def one(x):
+            x = jnp.asarray(x)
+            k = collectives.check_axis(axis, x.ndim, "strategy.reduce")
+            return jnp.mean(x, axis=k) if op is ReduceOp.MEAN else n * jnp.sum(x, axis=k)
+        return jax.tree_util.tree_map(one, value)
+
+    def _reduce_traced(self, op: ReduceOp, x, axis, trimmed: bool = False):
+        local = local_value(x) if is_distributed(x) else jnp.asarray(x)
+        if axis is not None:
+            axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
+        if not trimmed and axis != 0:
+            padding.check_not_padded(local, "strategy.reduce" + (" without axis" if axis is None else f"(axis={axis})"),
+                                     "reduce over the batch axis (axis=0), or call strategy.reduce outside the "
+                                     "compiled function (strategax drops the padded rows there)")
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        axis = axis % max(local.ndim, 1)
         if axis == 0 and local.ndim:  # counts only real rows where local is per-example
             return padding.reduce_rows(op.ir_name, local, axis)
         total = collectives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
@@ -211,18 +288,50 @@ class Strategy(LogicalDevicesMixin):
     def gather(self, value: Any, axis: int):
         """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
         context.require_cross_replica("strategy.gather")
+        collectives.check_axis_type(axis, "strategy.gather")
+        check_values(value, "strategy.gather")
+        value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
         if not _context.is_tracing():
-            if not any(is_distributed(x) for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed)):
+            leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
+            if not any(is_distributed(x) for x in leaves):
                 return value
-            gathered = self._eager(("gather", axis), lambda: lambda value: self.gather(value, axis), "gather")(value)
+            if any(ragged.is_ragged(x) for x in leaves):
+                return _tree_map_distributed(
+                    lambda x: ragged.gather(x, axis) if ragged.is_ragged(x) else self.gather(x, axis), value)
+            padding.check_even(value, axis, gather=True)
+            gathered = self._eager(("gather", axis), lambda: lambda value: self._gather_tree(value, axis, trimmed=True),
+                                   "gather")(value)
             return padding.trim_gathered(value, gathered, axis)
+        return self._gather_tree(value, axis, trimmed=False)
+
+    def _gather_tree(self, value: Any, axis: int, trimmed: bool):
         n = self.num_replicas_in_sync
-        return _tree_map_distributed(
-            lambda x: collectives.all_gather(x._local, axis, n, "Strategy.gather") if is_distributed(x) else x,
-            value)
+
+        def one(x):
+            if not is_distributed(x):
+                return x
+            local = local_value(x)
+            if not trimmed:
+                padding.check_not_padded(local, "strategy.gather", "call strategy.gather outside the compiled "
+                                         "function (strategax keeps each replica's real rows there)")
+            return collectives.all_gather(local, axis, n, "Strategy.gather")
+        return _tree_map_distributed(one, value)
+
+    def _gather_variable(self, axis: int):
+        """A mirrored variable of this strategy gathers as its copies concatenated (TensorFlow)."""
+        def gather(x):
+            if not _is_mirrored_variable(x) or x._strategy is not self:
+                return x
+            return jnp.concatenate([jnp.asarray(x.read_value())] * self.num_replicas_in_sync, axis=axis)
+        return gather
 
     def experimental_local_results(self, value: Any) -> tuple:
         """One value per local replica (a 1-tuple for a plain value)."""
+        if getattr(value, "_is_variable", False) and isinstance(value, DistributedValues):
+            if not _context.is_tracing():
+                return tuple(value.values)  # the copies, as TensorFlow
+            if _is_mirrored_variable(value):
+                return (value.read_value(),) * self.num_replicas_in_sync
         if is_distributed(value):
             if value._local is not None:
                 return self._local_results_traced(value)
@@ -239,12 +348,17 @@ class Strategy(LogicalDevicesMixin):
         n = self.num_replicas_in_sync
         if isinstance(value, Mirrored):
             return (value._local,) * n
+        padding.check_not_padded(value._local, "strategy.experimental_local_results",
+                                 "take the local results outside the compiled function (strategax keeps "
+                                 "each replica's real rows there)")
         gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
         return tuple(gathered[i] for i in range(n))
 
     # --- distributing values --------------------------------------------------------------
     def experimental_distribute_values_from_function(self, value_fn: Callable):
         """Call value_fn(ValueContext(i, N)) for each replica i; replica i gets its result."""
+        check_callable(value_fn, "value_fn", "pass a function value_fn(ctx) returning replica "
+                       "ctx.replica_id_in_sync_group's value")
         n = self.num_replicas_in_sync
         if _context.is_tracing():
             values = [value_fn(ValueContext(i, n)) for i in range(n)]
@@ -255,15 +369,19 @@ class Strategy(LogicalDevicesMixin):
         per_replica = []
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
+            check_values(v, "the result of value_fn")
             per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
         return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):
         """Split each global batch of `dataset` across the replicas (see `input.dataset`)."""
+        _check_input_options(options)
         return DistributedDataset(self, dataset, options)
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
         """`dataset_fn(InputContext)` per input pipeline yields per-replica batches, dealt in turn."""
+        check_callable(dataset_fn, "dataset_fn", "pass a function dataset_fn(input_context) returning a dataset")
+        _check_input_options(options)
         return DatasetsFromFunction(self, dataset_fn, options)
 
     def experimental_distribute_datasets_from_function(self, dataset_fn: Callable, options=None):

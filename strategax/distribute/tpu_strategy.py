@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from ..backends import AXIS
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError, check_int, check_type
 from ..ir.sharding import logical_axes
 from .devices import resolve_devices
 from .strategy import Strategy
@@ -33,6 +33,12 @@ class DeviceAssignment:
     def build(cls, topology=None, computation_shape: Sequence[int] | None = None,
               computation_stride=None, num_replicas: int = 1) -> "DeviceAssignment":
         """Like tf.tpu.experimental.DeviceAssignment.build; `topology` is ignored (any backend)."""
+        check_int(num_replicas, "num_replicas", minimum=1)
+        if computation_shape is not None and (not isinstance(computation_shape, (list, tuple)) or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in computation_shape)):
+            raise DistributionTypeError(
+                f"computation_shape must be a list of ints, not {computation_shape!r:.40}",
+                "pass e.g. computation_shape=[1, 1, 1, 2] (its product is the logical devices per replica)")
         shape = tuple(int(d) for d in (computation_shape or (1,)))
         if num_replicas < 1 or not shape or any(d < 1 for d in shape):
             raise DistributionValueError(
@@ -64,6 +70,9 @@ class TPUStrategy(Strategy):
                  experimental_device_assignment: DeviceAssignment | None = None):
         if devices is not None and not isinstance(devices, (list, tuple, str, jax.Device)):
             devices = None  # a TPUClusterResolver-like first argument, as in TF: use local devices
+        check_type(experimental_device_assignment, DeviceAssignment, "experimental_device_assignment",
+                   "pass sx.DeviceAssignment.build(num_replicas=R, computation_shape=[...]), or leave it out",
+                   allow_none=True)
         all_devices = resolve_devices(devices)
         per_replica = self._logical_count(logical_devices_per_replica, experimental_device_assignment)
         replicas = (experimental_device_assignment.num_replicas if experimental_device_assignment

@@ -148,6 +148,7 @@ class _Dataset:
         self._options = options or InputOptions()
         self._spec = None
         self._pending = None  # (first element, rest) read by element_spec from a one-shot source
+        self._iterated = False  # a one-shot source can be iterated once
 
     def _produce(self) -> Iterator:
         raise NotImplementedError
@@ -156,6 +157,14 @@ class _Dataset:
         raise NotImplementedError
 
     def __iter__(self) -> DistributedIterator:
+        if self._one_shot():
+            if self._iterated:
+                raise DistributionValueError(
+                    "this distributed dataset reads a generator (or another one-shot iterator), which "
+                    "was already iterated: a second pass would silently yield nothing or skip batches",
+                    "distribute a re-iterable source (a list, a tf.data.Dataset, or an object whose "
+                    "__iter__ makes a new generator), or distribute a new generator for each epoch")
+            self._iterated = True
         pending, self._pending = self._pending, None
         produce = self._produce if pending is None else (lambda: _resume(*pending))
         return DistributedIterator(self._strategy, produce, self._options)

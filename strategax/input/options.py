@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..errors import DistributionTypeError, DistributionValueError, check_int
+
 
 class AutoShardPolicy(enum.IntEnum):
     """`tf.data.experimental.AutoShardPolicy` (same values): how `experimental_distribute_dataset`
@@ -22,9 +24,10 @@ def parse_policy(value) -> AutoShardPolicy:
             return AutoShardPolicy[value.upper()]
         return AutoShardPolicy(int(value))
     except (KeyError, ValueError, TypeError):
-        raise ValueError(f"auto_shard_policy must be one of {[p.name for p in AutoShardPolicy]}, not "
-                         f"{value!r} (TensorFlow's HINT serves the tf.data service, which strategax does "
-                         "not use)") from None
+        raise DistributionValueError(
+            f"auto_shard_policy must be one of {[p.name for p in AutoShardPolicy]}, not {value!r:.40} "
+            "(TensorFlow's HINT serves the tf.data service, which strategax does not use)",
+            "use sx.AutoShardPolicy.AUTO, FILE, DATA or OFF") from None
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,9 @@ class InputOptions:
     auto_shard_policy: AutoShardPolicy = AutoShardPolicy.AUTO
 
     def __post_init__(self):
-        if self.experimental_per_replica_buffer_size < 1:
-            raise ValueError("experimental_per_replica_buffer_size must be >= 1, "
-                             f"not {self.experimental_per_replica_buffer_size!r}")
+        for name in ("experimental_fetch_to_device", "experimental_place_dataset_on_device"):
+            if not isinstance(getattr(self, name), bool):
+                raise DistributionTypeError(f"{name} must be True or False, not {getattr(self, name)!r:.40}",
+                                            f"pass {name}=True or False")
+        check_int(self.experimental_per_replica_buffer_size, "experimental_per_replica_buffer_size", minimum=1)
         object.__setattr__(self, "auto_shard_policy", parse_policy(self.auto_shard_policy))

@@ -29,6 +29,23 @@ def batch_mask(x) -> jax.Array:
     return jnp.arange(rows) < count
 
 
+def is_per_example(local) -> bool:
+    """Whether the traced `local` carries the padded rows of a partial batch (or of a batch
+    taken inside the program, which may be partial)."""
+    count, rows = _context.batch()
+    return count is not None and jnp.ndim(local) > 0 and jnp.shape(local)[0] == rows
+
+
+def check_not_padded(local, api: str, fix: str) -> None:
+    """Raise where `api` would mix a partial batch's padded rows into its result."""
+    if is_per_example(local):
+        raise DistributionValueError(
+            f"{api} of per-example values of an input batch inside a compiled function: the program "
+            "also serves partial batches, whose replicas hold different numbers of real rows, so the "
+            "result has no static shape (TensorFlow raises for differing shapes too) and would "
+            "include padded rows", fix)
+
+
 def mask_rows(x, mask):
     """`x` with the rows where `mask` is False replaced by zeros."""
     x = jnp.asarray(x)
@@ -50,14 +67,25 @@ def reduce_rows(op_name: str, local, axis: int):
     return total / jnp.maximum(n, 1)
 
 
-def check_even(value: Any) -> None:
-    """`reduce(op, v)` without axis combines row by row: replicas' real row counts must agree."""
+def check_even(value: Any, axis: int | None = None, gather: bool = False) -> None:
+    """`reduce(op, v)` without axis (or over another axis than the batch's) combines row by row,
+    and `gather` along another axis needs equal rows: the replicas' real row counts must agree."""
     for v in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
-        if isinstance(v, PerReplicaBatch) and len(set(v._counts)) > 1:
+        if not isinstance(v, PerReplicaBatch) or len(set(v._counts)) <= 1:
+            continue
+        ndim = max(len(v._global[1].type.shape), 1)
+        if axis is not None and axis % ndim == 0:
+            continue
+        if gather:
             raise DistributionValueError(
-                f"strategy.reduce without axis combines the replicas' values row by row, but their "
-                f"real row counts differ ({list(v._counts)}) in this partial batch (TensorFlow raises too)",
-                "reduce over the batch axis (axis=0), or reduce per-replica scalars such as losses")
+                f"strategy.gather(axis={axis}) of a partial batch whose replicas hold different numbers "
+                f"of real rows ({list(v._counts)}): the pieces do not line up (TensorFlow raises too)",
+                "gather along the batch axis (axis=0)")
+        raise DistributionValueError(
+            f"strategy.reduce {'without axis' if axis is None else f'over axis {axis}'} combines the "
+            f"replicas' values row by row, but their real row counts differ ({list(v._counts)}) in this "
+            "partial batch (TensorFlow raises too)",
+            "reduce over the batch axis (axis=0), or reduce per-replica scalars such as losses")
 
 
 def trim_reduced(value: Any, result: Any) -> Any:

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _context
+from ..dialects import collectives
 from ..errors import DistributionTypeError, DistributionValueError
 
 
@@ -21,10 +23,21 @@ class DistributedValues:
     _kind = "DistributedValues"
 
     def __init__(self, values: Sequence[Any]):
+        if not isinstance(values, (list, tuple)):
+            raise DistributionTypeError(
+                f"{type(self).__name__} takes a list or tuple of per-replica values, not "
+                f"{type(values).__name__} {values!r:.60}", "pass one value per replica: "
+                f"sx.{type(self).__name__}([value_0, value_1, ...])")
         values = tuple(values)
         if not values:
             raise DistributionValueError(f"{type(self).__name__} needs at least one component",
                                          "pass one value per replica")
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            raise DistributionValueError(
+                f"component {missing[0]} of this {type(self).__name__} is None (TensorFlow keeps it and "
+                "fails later, or hands None to the replica)", "give every replica a value (an array or a "
+                "pytree of arrays)")
         self._values: tuple | None = values
         self._global = None  # (global jax.Array, layout) when made from a program's output
         self._local = None  # the local tracer while tracing
@@ -148,10 +161,45 @@ class PerReplicaBatch(PerReplica):
         return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, counts))
 
 
+def components_identical(x: DistributedValues) -> bool:
+    """Whether a value built from components (not a program's output) has the same value in
+    every component (checked once, on the host): a `Mirrored` built from differing components
+    gives replica i component i, as in TensorFlow."""
+    known = getattr(x, "_identical", None)
+    if known is None:
+        comps = x._values
+        first = np.asarray(comps[0]) if comps else None
+        known = all(c is comps[0] or (np.shape(c) == first.shape and np.array_equal(np.asarray(c), first))
+                    for c in comps[1:])
+        x._identical = known
+    return known
+
+
 def is_distributed(x: Any) -> bool:
     """A PerReplica or Mirrored value (distributed variables are DistributedValues too, but
     they are state, passed by reference, not values)."""
     return isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False)
+
+
+def local_value(x: DistributedValues) -> Any:
+    """This replica's value of `x` in the program being traced: its tracer, or, for a value
+    built outside the function and captured by closure, its components as constants of the
+    program, replica i taking component i (TensorFlow captures values by value, and gives
+    replica i component i of a captured `Mirrored` too)."""
+    if x._local is not None:
+        return x._local
+    strategy = _context.strategy()
+    n = strategy.num_replicas_in_sync
+    if strategy._num_local_replicas != n:
+        raise DistributionValueError(
+            f"a {type(x).__name__} built outside this function was captured by it in a multi-worker job "
+            "(this worker holds only its own replicas' components)",
+            "pass the distributed value to the function as an argument")
+    check_components(x, n)
+    comps = [jnp.asarray(c) for c in x.values]
+    if n == 1:
+        return comps[0]
+    return jnp.stack(comps)[collectives.replica_id()]
 
 
 def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> Any:
@@ -197,4 +245,6 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
         if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
             raise DistributionValueError(
                 f"the components of this {type(value).__name__} differ in shape or dtype: "
-                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype")
+                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype; components of "
+                "different lengths work outside compiled functions (strategy.run pads them, gather and "
+                "reduce(axis=...) combine them)")

@@ -14,7 +14,7 @@ import numpy as np
 from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionTypeError, _is_internal
+from ..errors import DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -295,7 +295,8 @@ class StrategyFunction:
         snapshots: dict[str, str] = {}
         self._trace(sig, snapshots)
         if stage not in snapshots:
-            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(list(snapshots) + ['final'])}")
+            raise DistributionValueError(f"unknown stage {stage!r}",
+                                         f"use one of: {', '.join(list(snapshots) + ['final'])}")
         return snapshots[stage]
 
     def _lowering_args(self, args, kwargs) -> tuple[_Compiled, list]:

@@ -14,12 +14,13 @@ from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import core as jax_core
 from jax.extend import core as jex
 
 from .. import _context
 from ..dialects.effects import INPUT
-from ..errors import DistributionTypeError
+from ..errors import DistributionTypeError, DistributionValueError
 
 loop_mark_p = jex.Primitive("sx.loop_mark")
 loop_mark_p.multiple_results = True
@@ -49,6 +50,14 @@ class range:  # noqa: A001,N801 - `sx.range`, like `tf.range`
     `stop` may be traced when the body takes no batches; `start` and `step` are ints."""
 
     def __init__(self, start, stop=None, step: int = 1):
+        for name, x in (("start", start), ("stop", stop), ("step", step)):
+            if x is not None and not isinstance(x, jax.core.Tracer) and (
+                    isinstance(x, bool) or not isinstance(x, (int, np.integer))
+                    and not (hasattr(x, "dtype") and np.issubdtype(x.dtype, np.integer) and np.ndim(x) == 0)):
+                raise DistributionTypeError(f"sx.range's {name} must be an int, not {type(x).__name__} {x!r:.40}",
+                                            "pass ints (the stop may be a traced int32 scalar)")
+        if step == 0:
+            raise DistributionValueError("sx.range's step must not be zero", "pass a non-zero step")
         if stop is None:
             start, stop = 0, start
         self.start, self.stop, self.step = start, stop, step

@@ -16,7 +16,7 @@ from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from .keys import is_key, physical_aval
 from .distributed_values import (DistributedValues, PerReplica, PerReplicaBatch, check_components,
-                                 is_distributed, regroup)
+                                 components_identical, is_distributed, regroup)
 
 STATIC_TYPES = (bool, int, float, complex, str, type(None))
 ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
@@ -101,6 +101,8 @@ def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | N
             "call the function's body directly inside the strategy.function")
     kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
     g = x._global
+    if kind == MIRRORED and g is None and not components_identical(x):
+        kind = PER_REPLICA  # TensorFlow gives replica i component i of a Mirrored
     if g is None or g[1].num_replicas != num_replicas:
         check_components(x, num_replicas, num_local)
         t = leaf_type(x, kind)

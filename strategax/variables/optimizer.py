@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.distributed_values import PerReplica, is_distributed
 from . import slots
 from .enums import VariableAggregation
@@ -83,7 +83,16 @@ class Optimizer:
     # --- applying gradients -------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars: Iterable, options=None):
         """Apply gradients: reduced across replicas first when called in replica context."""
-        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        try:
+            pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        except (TypeError, ValueError):
+            raise DistributionTypeError(
+                f"apply_gradients takes (gradient, variable) pairs, not {grads_and_vars!r:.60}",
+                "pass zip(grads, variables) or [(grad, var), ...]") from None
+        for _, v in pairs:
+            if not getattr(v, "_is_variable", False):
+                raise DistributionTypeError(f"apply_gradients got a {type(v).__name__} where a variable goes",
+                                            "pass (gradient, variable) pairs with sx.Variable objects")
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         entry = _context.current()
         strategy = _context.strategy()

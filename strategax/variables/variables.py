@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _context
 from ..dialects import variables as var_ops
-from ..errors import DistributionRuntimeError, DistributionValueError
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
 from ..ir import Locality, TensorType
 from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
 from . import buffers
@@ -31,17 +31,42 @@ def _traced() -> bool:
     return _context.is_tracing() and _context.session() is not None
 
 
+def _dtype(dtype):
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(getattr(dtype, "as_numpy_dtype", dtype))
+    except TypeError:
+        raise DistributionTypeError(f"dtype {dtype!r:.40} is not a data type",
+                                    "pass a NumPy/JAX dtype such as jnp.float32 or 'float32'") from None
+
+
 def _initial_array(initial_value, dtype) -> jax.Array:
-    if callable(initial_value):
+    dtype = _dtype(dtype)
+    if callable(initial_value) and not isinstance(initial_value, Variable):
         initial_value = initial_value()
+    value = initial_value.read_value() if isinstance(initial_value, Variable) else initial_value
+    _check_numeric(value, "a variable's initial value")
     with jax.ensure_compile_time_eval():
-        value = initial_value.read_value() if isinstance(initial_value, Variable) else initial_value
         array = jnp.asarray(value, dtype=dtype)
     if isinstance(array, jax.core.Tracer):
         raise DistributionValueError(
             "a variable's initial value depends on a traced value",
             "create variables from concrete values, outside the compiled function (or on its first call)")
     return array
+
+
+def _check_numeric(value, what: str) -> None:
+    """`value` is an array, a number or a (nested) list of numbers: something with a numeric dtype."""
+    leaves = jax.tree_util.tree_leaves(value)
+    ok = value is not None and leaves and all(
+        isinstance(x, (int, float, complex, bool, np.generic)) or hasattr(x, "dtype") for x in leaves)
+    if ok:
+        dtypes = [np.dtype(getattr(x, "dtype", type(x))) for x in leaves if hasattr(x, "dtype")]
+        ok = all(d.kind in "biufc" for d in dtypes)
+    if not ok:
+        raise DistributionTypeError(f"{what} must be an array or a number, not {type(value).__name__} {value!r:.60}",
+                                    "pass a number, a (nested) list of numbers, or an array")
 
 
 class Variable:
@@ -67,12 +92,20 @@ class Variable:
                 "a variable was created in replica context (inside the function given to strategy.run)",
                 "create variables in `with strategy.scope():` outside run (or in a merge_call)")
         self._strategy = _context.strategy() if _context.has_strategy() else None
+        check_type(name, str, "a variable's name", "pass a string name, e.g. name='kernel'", allow_none=True)
+        check_type(trainable, bool, "trainable", "pass trainable=True or False", allow_none=True)
         self._sync = parse_sync(synchronization)
         self._aggregation = parse_aggregation(aggregation)
         self._trainable = (self._sync is not VariableSynchronization.ON_READ) if trainable is None else trainable
         self._name = name or "Variable"  # TensorFlow's default (IR symbols are made unique)
         array = _initial_array(initial_value, dtype)
         self._shape, self._dtype = tuple(array.shape), array.dtype
+        if self._strategy is not None and self._aggregation is VariableAggregation.MEAN \
+                and not jnp.issubdtype(self._dtype, jnp.floating):
+            raise DistributionValueError(
+                f"a distributed variable with aggregation=MEAN and the non-floating dtype "
+                f"{np.dtype(self._dtype).name} (TensorFlow 2.21 raises too: a mean would be truncated)",
+                "use a float dtype, or aggregation=SUM or ONLY_FIRST_REPLICA")
         make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
         self._store = make(self, array) if make is not None else buffers.VarBuffer(self, array)
         self._symbol = var_ops.new_symbol(self)  # its name in IR modules
@@ -159,7 +192,38 @@ class Variable:
             value = value._local if value._local is not None else value.values[0]
         if isinstance(value, Variable):
             value = value.read_value()
-        return jnp.broadcast_to(jnp.asarray(value, self._dtype), self._shape)
+        return self._checked_value(value, kind)
+
+    def _checked_value(self, value, kind: str):
+        """`value` as this variable's dtype, checked as TensorFlow checks `assign`: the same shape
+        (no broadcasting), and no float-to-integer truncation."""
+        _check_numeric(value, f"the value given to {kind}")
+        target = np.dtype(self._dtype)
+        source = getattr(value, "dtype", None)
+        if source is None:  # a Python value: TensorFlow converts it to the variable's dtype
+            if target.kind in "iub" and any(isinstance(x, float) and not float(x).is_integer()
+                                            for x in jax.tree_util.tree_leaves(value)):
+                raise DistributionTypeError(
+                    f"{kind} of {value!r} to {target.name} variable {self._name!r} would truncate it "
+                    "(TensorFlow: cannot convert to the variable's dtype)",
+                    "pass an integer value, or create the variable with a float dtype")
+            array = jnp.asarray(value, target)
+        else:
+            source = np.dtype(source)
+            if source != target and (target.kind in "iub" and source.kind in "fc"
+                                     or target.kind == "f" and source.kind == "c"):
+                raise DistributionTypeError(
+                    f"{kind} of a {source.name} value to {target.name} variable {self._name!r} would "
+                    "drop its fraction (TensorFlow raises on a dtype mismatch)",
+                    f"cast the value yourself (e.g. jnp.round(x).astype('{target.name}')), or create the "
+                    "variable with the value's dtype")
+            array = jnp.asarray(value).astype(target) if source != target else jnp.asarray(value)
+        if tuple(array.shape) != tuple(self._shape):
+            raise DistributionValueError(
+                f"{kind} of a value of shape {tuple(array.shape)} to variable {self._name!r} of shape "
+                f"{tuple(self._shape)} (TensorFlow: shapes are incompatible; there is no broadcasting)",
+                f"give a value of shape {tuple(self._shape)} (e.g. jnp.full({tuple(self._shape)}, x))")
+        return array
 
     def _update(self, kind: str, value):
         ctx = _context_name()
