@@ -93,7 +93,11 @@ def main() -> None:
     # strategax: the batch as a distributed dataset element, parameters as returned by the step.
     sx_step = make_strategax_step(strategy)
     batch = next(iter(strategy.experimental_distribute_dataset([(x, y)])))
-    sx_state = {"params": params0}
+    # the same batch as per-replica pieces: no padded rows to mask, the hand-written program
+    rows = 1024 // strategy.num_replicas_in_sync
+    pieces = strategy.experimental_distribute_values_from_function(
+        lambda c: (x[c.replica_id_in_sync_group * rows:][:rows], y[c.replica_id_in_sync_group * rows:][:rows]))
+    sx_state = {"params": params0, "unmasked": params0}
 
     # hand-written: global arrays already sharded over the replicas.
     jax_step = make_jax_step(mesh)
@@ -105,6 +109,10 @@ def main() -> None:
         sx_state["params"], loss = sx_step(sx_state["params"], batch)
         return loss
 
+    def run_unmasked():
+        sx_state["unmasked"], loss = sx_step(sx_state["unmasked"], pieces)
+        return loss
+
     def run_jax():
         jax_state["params"], loss = jax_step(jax_state["params"], gx, gy)
         return loss
@@ -113,17 +121,22 @@ def main() -> None:
     p_sx, l_sx = sx_step(params0, batch)
     p_jax, l_jax = jax_step(jax_state["params"], gx, gy)
     np.testing.assert_allclose(float(l_sx), float(l_jax), rtol=1e-5)
+    np.testing.assert_allclose(float(sx_step(params0, pieces)[1]), float(l_jax), rtol=1e-5)
     for _ in range(3):
-        run_sx(), run_jax()
+        run_sx(), run_jax(), run_unmasked()
 
-    ratios, t_sx, t_jax = [], [], []
+    ratios, t_sx, t_jax, ratios_u, t_u = [], [], [], [], []
     for _ in range(args.rounds):
         a = timed(run_sx, args.steps)
         b = timed(run_jax, args.steps)
-        t_sx.append(a), t_jax.append(b), ratios.append(a / b)
+        c = timed(run_unmasked, args.steps)
+        t_sx.append(a), t_jax.append(b), ratios.append(a / b), t_u.append(c), ratios_u.append(c / b)
     print(f"MLP step   strategax {statistics.median(t_sx) * 1e3:8.3f} ms   "
           f"jax.shard_map {statistics.median(t_jax) * 1e3:8.3f} ms   "
-          f"median ratio {statistics.median(ratios):.3f}  (target <= 1.05)")
+          f"median ratio {statistics.median(ratios):.3f}  (target <= 1.05; dataset batch, padded rows masked)")
+    print(f"MLP step   strategax {statistics.median(t_u) * 1e3:8.3f} ms   "
+          f"(per-replica batch, no masks: the hand-written program)  "
+          f"median ratio {statistics.median(ratios_u):.3f}  (target <= 1.02)")
 
     # Dispatch overhead: a trivial cached program, called many times.
     small = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.float32(ctx.replica_id_in_sync_group))
