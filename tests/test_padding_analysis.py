@@ -2,6 +2,10 @@
 axis, so sums, means, contractions and their gradients count only real rows, and only
 per-example outputs are trimmed. References: one-device plain JAX / NumPy on the real rows,
 and TensorFlow's documented `[5.5, 7.0]`."""
+import json
+import pathlib
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -101,7 +105,8 @@ def test_mean_and_var_per_replica_count_real_rows():
             lambda x: (jnp.mean(x, axis=0), jnp.var(x, axis=0), jnp.mean(x)), args=(batch,))
         pieces = np.array_split(b, 4) if len(b) == 8 else [b[0:1], b[1:2], b[2:3], b[3:3]]
         for piece, m, v, o in zip(pieces, means.values, variances.values, overall.values, strict=True):
-            with np.errstate(invalid="ignore"):
+            with warnings.catch_warnings():  # NumPy warns on the empty replica's NaN mean
+                warnings.simplefilter("ignore", RuntimeWarning)
                 want = (piece.mean(axis=0), piece.var(axis=0), piece.mean())
             np.testing.assert_allclose(np.asarray(m), want[0], rtol=1e-6)
             np.testing.assert_allclose(np.asarray(v), want[1], rtol=1e-5)
@@ -118,7 +123,9 @@ def test_tensorflow_mean_per_replica_case():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     batch = next(iter(strategy.experimental_distribute_dataset([np.array([5.0, 6.0, 7.0], np.float32)])))
     out = strategy.run(jnp.mean, args=(batch,))
-    np.testing.assert_allclose([float(v) for v in out.values], [5.5, 7.0])
+    recorded = [r["value"] for r in RECORDED["mean_5_6_7_r2"]["result"]["means"]]  # TensorFlow 2.21
+    assert recorded == [5.5, 7.0]
+    np.testing.assert_allclose([float(v) for v in out.values], recorded)
 
 
 def test_values_that_are_not_per_example_are_never_trimmed():
@@ -251,3 +258,50 @@ def test_users_own_batch_mask_is_not_followed_in_a_loop():
 
     np.testing.assert_allclose(float(total(iter(strategy.experimental_distribute_dataset(batches)))),
                                sum(b.sum() / 4 for b in batches), rtol=1e-6)
+
+
+def test_reduce_over_axis_0_in_a_function_trims_only_per_example_values():
+    # Intent: inside one strategy.function, reduce(SUM/MEAN, v, axis=0) drops padded rows of a
+    # per-example value only; a [3, 2] value computed from a row sum (each replica has 3 rows)
+    # is summed and averaged whole.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    x = np.arange(10.0, dtype=np.float32).reshape(5, 2)  # rows 3 and 2 (padded to 3)
+    w = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+
+    @strategy.function
+    def stats(batch):
+        per_example, shaped = strategy.run(lambda b: (b * 2.0, jnp.sum(b) * jnp.asarray(w)), args=(batch,))
+        return (strategy.reduce("sum", per_example, axis=0), strategy.reduce("mean", per_example, axis=0),
+                strategy.reduce("sum", shaped, axis=0), strategy.reduce("mean", shaped, axis=0))
+
+    pieces = [x[:3], x[3:]]
+    s_pe, m_pe, s_w, m_w = stats(next(iter(strategy.experimental_distribute_dataset([x]))))
+    np.testing.assert_allclose(np.asarray(s_pe), (2 * x).sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(m_pe), (2 * x).mean(axis=0), rtol=1e-6)
+    shaped = np.concatenate([p.sum() * w for p in pieces])
+    np.testing.assert_allclose(np.asarray(s_w), shaped.sum(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(m_w), shaped.mean(axis=0), rtol=1e-6)
+
+
+RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/padding.json").read_text())["scenarios"]
+
+
+def _values(records):
+    return [np.asarray(r["value"], np.float32) for r in records]
+
+
+def test_recorded_tensorflow_batch_statistics_on_a_partial_batch():
+    # Intent: TensorFlow 2.21's tf.reduce_mean(x, 0), tf.math.reduce_variance(x, 0) and
+    # tf.reduce_mean(x) inside strategy.run on 4 replicas, a full batch then rows 1, 1, 1, 0
+    # (tools/tf_record/record_padding.py): the same numbers from jnp.mean / jnp.var, NaN on
+    # the replica with no rows.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2", "CPU:3"])
+    x = np.arange(1.0, 23.0, dtype=np.float32).reshape(11, 2) ** 1.5
+    steps = RECORDED["stats_axis0_r4"]["result"]["steps"]
+    dist = strategy.experimental_distribute_dataset([x[:8], x[8:]])
+    for step, batch in zip(steps, dist, strict=True):
+        assert [len(v) for v in batch.values] == step["rows"]
+        out = strategy.run(lambda b: (jnp.mean(b, axis=0), jnp.var(b, axis=0), jnp.mean(b)), args=(batch,))
+        for got, key in zip(out, ("mean0", "var0", "mean"), strict=True):
+            for g, want in zip(got.values, _values(step[key]), strict=True):
+                np.testing.assert_allclose(np.asarray(g), want, rtol=2e-5, atol=1e-4)

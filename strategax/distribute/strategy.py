@@ -281,9 +281,8 @@ class Strategy(LogicalDevicesMixin):
                                      "compiled function (strategax drops the padded rows there)")
         if axis is None:
             return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        masked = padding.reduce_rows(op.ir_name, local, axis)  # a padded partial batch
-        if masked is not None:
-            return masked
+        if axis == 0 and local.ndim:  # counts only real rows where local is per-example
+            return padding.reduce_rows(op.ir_name, local, axis)
         total = collectives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
         if op is ReduceOp.MEAN:
             total = total / (local.shape[axis] * self.num_replicas_in_sync)

@@ -53,17 +53,17 @@ def mask_rows(x, mask):
 
 
 def reduce_rows(op_name: str, local, axis: int):
-    """`strategy.reduce(op, v, axis=0)` of a per-example value: masked sum over real rows, and
-    for MEAN a division by the real global row count; None when `local` is not per-example."""
-    count, rows = _context.batch()
-    if count is None or axis != 0 or jnp.ndim(local) == 0 or jnp.shape(local)[0] != rows:
-        return None
-    mask = jnp.arange(rows) < count
-    total = all_reduce(jnp.sum(mask_rows(local, mask), axis=0), "sum", "Strategy.reduce")
+    """`strategy.reduce(op, v, axis=0)` in traced code: the sum over axis 0 (the mask-padding
+    pass masks padded rows exactly when `local`'s axis 0 is a partial batch's row axis) and,
+    for MEAN, a division by the number of rows summed over all replicas, counted the same way
+    (the real global row count of a per-example value, rows x replicas of any other value)."""
+    total = all_reduce(jnp.sum(local, axis=0), "sum", "Strategy.reduce")
     if op_name == "sum":
         return total
-    n = all_reduce(count.astype(total.dtype) if jnp.issubdtype(total.dtype, jnp.floating)
-                   else count.astype(jnp.float32), "sum", "Strategy.reduce")
+    first = jnp.reshape(local, (jnp.shape(local)[0], -1))[:, 0] if jnp.ndim(local) > 1 else local
+    ones = jnp.where(first == first, 1.0, 1.0).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating)
+                                                      else jnp.float32)  # follows local's rows
+    n = all_reduce(jnp.sum(ones), "sum", "Strategy.reduce")
     return total / jnp.maximum(n, 1)
 
 
