@@ -1,6 +1,7 @@
 """The Strategy API: `MirroredStrategy`, `OneDeviceStrategy` and their shared base."""
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Sequence
 
 import jax
@@ -18,6 +19,7 @@ from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import Dataset
 from ..input.options import InputOptions
 from ..trace import StrategyFunction
+from ..trace.signature import check_input_signature
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key, named_parts
 from ..trace.retracing import Detector
@@ -173,6 +175,7 @@ class Strategy(LogicalDevicesMixin):
         check_type(reduce_retracing, bool, "reduce_retracing", "pass reduce_retracing=True or False")
         if fn is not None:
             check_callable(fn, "strategy.function's fn", "decorate a function: @strategy.function")
+        check_input_signature(input_signature)
         if fn is None:
             return lambda f: StrategyFunction(self, f, name, reduce_retracing=reduce_retracing,
                                               input_signature=input_signature)
@@ -403,6 +406,22 @@ class MirroredStrategy(Strategy):
     def __init__(self, devices: Sequence[Any] | None = None, cross_device_ops=None):
         super().__init__(resolve_devices(devices))
         self._cross_device_ops = cross_device_ops
+        if devices is None and len(self._devices) == 1 and self._devices[0].platform == "cpu":
+            _say_one_cpu_replica()
+
+
+_ONE_CPU_SAID = []  # the one-CPU-replica line is logged once per process
+
+
+def _say_one_cpu_replica() -> None:
+    """JAX shows one CPU device unless told otherwise: say so once, with the flag."""
+    if not _ONE_CPU_SAID:
+        _ONE_CPU_SAID.append(True)
+        logging.getLogger("strategax").warning(
+            "strategax: MirroredStrategy found one CPU device, so it runs one replica. For N "
+            "simulated CPU devices set XLA_FLAGS=--xla_force_host_platform_device_count=N before "
+            "JAX is imported (e.g. os.environ['XLA_FLAGS'] = "
+            "'--xla_force_host_platform_device_count=8' at the top of your script).")
 
 
 class OneDeviceStrategy(Strategy):

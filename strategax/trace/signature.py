@@ -211,6 +211,18 @@ def _describe(shape, dtype) -> str:
     return f"{np.dtype(dtype).name}[{', '.join('None' if d is None else str(d) for d in shape)}]"
 
 
+def check_input_signature(specs: Any) -> None:
+    """`specs` is None or a list/tuple of pytrees of TensorSpec / jax.ShapeDtypeStruct."""
+    fix = "pass a list of sx.TensorSpec (or pytrees of them, e.g. [iterator.element_spec]), one per argument"
+    if specs is None:
+        return
+    if not isinstance(specs, (list, tuple)):
+        raise DistributionTypeError(f"input_signature must be a list or tuple, not {type(specs).__name__}", fix)
+    for leaf in jax.tree_util.tree_leaves(list(specs), is_leaf=_is_spec):
+        if not _is_spec(leaf):
+            raise DistributionTypeError(f"input_signature holds a {type(leaf).__name__}, not a TensorSpec", fix)
+
+
 def check_arguments(specs: Sequence[Any], args: tuple, kwargs: dict) -> tuple:
     """`args` checked against `specs`; Python numbers become arrays of their spec's dtype."""
     if kwargs:
