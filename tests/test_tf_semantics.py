@@ -114,29 +114,38 @@ def test_merge_call_on_default_replica_context():
 
 
 @pytest.mark.parametrize("flow", ["while_loop", "cond", "scan", "jit"])
-def test_merge_call_inside_control_flow(flow):
+def test_merge_call_inside_control_flow_raises_as_tensorflow(flow):
     # TensorFlow 2.21 raises RuntimeError for merge_call inside tf.while_loop / tf.cond (recorded);
-    # strategax traces merge_fn into the loop or branch (an optimizer step inside lax.scan is a
-    # supported pattern), and the numbers are those of the same code without control flow.
+    # so does strategax, naming the user's line. (The optimizer's own merge runs inside loops, as
+    # TensorFlow's apply_gradients does: tests/test_variables_control_flow.py.)
     rec = scenario("contexts_r2")
     assert rec["merge_call_in_while_loop"]["error"] == rec["merge_call_in_cond"]["error"] == "RuntimeError"
     strategy = mirrored(2)
+    line = here() + 3
 
     def mc(x):
-        return sx.get_replica_context().merge_call(lambda s, v: s.reduce("MEAN", v, axis=None), args=(x,))
+        return sx.get_replica_context().merge_call(lambda s, v: v, args=(x,))
 
-    def rid():
-        return sx.get_replica_context().replica_id_in_sync_group.astype(jnp.float32)
-
-    bodies = {  # (replica function, what each replica gets: mean over replicas 0, 1 of rid)
-        "while_loop": (lambda: jax.lax.while_loop(lambda c: c < 3.0, lambda c: mc(c + rid()) + 1.0, 0.0), 3.0),
-        "cond": (lambda: jax.lax.cond(True, lambda: mc(rid()) + 1.0, lambda: 0.0), 1.5),
-        "scan": (lambda: jax.lax.scan(lambda c, _: (mc(c + rid()) + 1.0, None), 0.0, None, length=2)[0], 3.0),
-        "jit": (lambda: jax.jit(lambda: mc(rid()))(), 0.5),
+    bodies = {
+        "while_loop": lambda: jax.lax.while_loop(lambda c: c < 3.0, lambda c: mc(c) + 1.0, 0.0),
+        "cond": lambda: jax.lax.cond(True, lambda: mc(1.0) + 1.0, lambda: 0.0),
+        "scan": lambda: jax.lax.scan(lambda c, _: (mc(c) + 1.0, None), 0.0, None, length=2)[0],
+        "jit": lambda: jax.jit(lambda: mc(jnp.float32(1.0)))(),
     }
-    body, want = bodies[flow]
+    with pytest.raises(RuntimeError) as e:
+        strategy.run(bodies[flow])
+    assert "control flow" in str(e.value)
+    assert_names_this_line(e, line)
+
+
+def test_merge_call_at_the_top_level_of_the_replica_function_still_merges():
+    strategy = mirrored(2)
+
+    def body():
+        rid = sx.get_replica_context().replica_id_in_sync_group.astype(jnp.float32)
+        return sx.get_replica_context().merge_call(lambda s, v: s.reduce("MEAN", v, axis=None), args=(rid,))
     for got in strategy.experimental_local_results(strategy.run(body)):
-        np.testing.assert_allclose(got, want)
+        np.testing.assert_allclose(got, 0.5)  # mean over replicas 0 and 1
 
 
 def test_scope_inside_other_strategy_scope_names_user_line():

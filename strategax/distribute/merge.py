@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
+from jax._src import core as jax_core
 
 from .. import _context
 from ..errors import DistributionRuntimeError, check_callable, check_mapping, check_sequence
@@ -35,8 +36,10 @@ def _to_local(x: Any) -> Any:
     return x
 
 
-def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None) -> Any:
-    """Run `merge_fn(strategy, *args, **kwargs)` in cross-replica context; see the module doc."""
+def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None, top_level_trace=None) -> Any:
+    """Run `merge_fn(strategy, *args, **kwargs)` in cross-replica context; see the module doc.
+    With `top_level_trace`, a call from inside another JAX trace (a loop, branch or jax.jit in
+    the replica function) raises, as TensorFlow's merge_call does inside control flow."""
     strategy = replica_context.strategy
     check_callable(merge_fn, "merge_call's merge_fn", "pass a function merge_fn(strategy, *args)")
     check_sequence(args, "merge_call's args", "wrap a single argument as args=(x,)")
@@ -56,6 +59,13 @@ def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None) -> Any
     if not _context.is_tracing():  # the default strategy: one replica, nothing to merge
         with _context.push(strategy, None, in_merge=True):
             return merge_fn(strategy, *args, **kwargs)
+    if top_level_trace is not None and jax_core.trace_ctx.trace is not top_level_trace:
+        raise DistributionRuntimeError(
+            "merge_call was called inside control flow or a JAX transformation (lax.while_loop, "
+            "cond, scan, jax.jit, ...) in the replica function; TensorFlow raises RuntimeError "
+            "there too", "call merge_call at the top level of the replica function (move the loop "
+            "or cond into merge_fn, or around strategy.run); optimizer.apply_gradients and "
+            "variable updates work inside loops")
     leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731
     wrapped_args, wrapped_kwargs = jax.tree_util.tree_map(_to_per_replica, (tuple(args), kwargs), is_leaf=leaf)
     with _context.push(strategy, None, in_merge=True):

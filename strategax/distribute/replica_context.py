@@ -5,6 +5,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax._src import core as jax_core
 
 from ..dialects import collectives
 from ..input import padding
@@ -26,6 +27,7 @@ class ReplicaContext:
 
     def __init__(self, strategy):
         self._strategy = strategy
+        self._trace = jax_core.trace_ctx.trace  # the replica function's own JAX trace
 
     @property
     def strategy(self):
@@ -66,7 +68,13 @@ class ReplicaContext:
         return jax.tree_util.tree_map(one, value)
 
     def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
-        """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`)."""
+        """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`).
+        Inside control flow or a nested JAX transformation it raises, as TensorFlow does."""
+        return merge_call(self, merge_fn, args, kwargs, top_level_trace=self._trace)
+
+    def _merge_anywhere(self, merge_fn, args=(), kwargs=None) -> Any:
+        """merge_call for strategax's own updates (the optimizer), which TensorFlow runs without a
+        merge_call (`maybe_merge_call`) and so allows inside loops and branches."""
         return merge_call(self, merge_fn, args, kwargs)
 
     def __repr__(self) -> str:

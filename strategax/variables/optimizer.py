@@ -97,7 +97,7 @@ class Optimizer:
         entry = _context.current()
         strategy = _context.strategy()
         if _context.in_replica_context() and _context.is_tracing() and _context.has_strategy():
-            return entry.replica_context.merge_call(
+            return entry.replica_context._merge_anywhere(
                 self._merge_apply, args=(grads,), kwargs={"variables": variables, "options": options})
         return self._apply(strategy, [self._reduced(g) for g in grads], variables,
                            cross_replica=_context.has_strategy())
