@@ -62,3 +62,17 @@ def test_links_between_pages_resolve():
                 if anchor not in {_anchor(h) for h in headings}:
                     broken.append(f"{page.name}: {target}")
     assert not broken, broken
+
+
+def test_readme_and_api_page_point_at_nothing_outside_the_repository():
+    # Intent: a reader of the repository alone can follow every reference: no link or path to a
+    # file outside it (the project's ../shared folder, absolute /work paths).
+    root = Path(__file__).resolve().parent.parent
+    for page in (root / "README.md", root / "docs" / "api.md"):
+        text = page.read_text()
+        assert "../shared" not in text and "/work/" not in text, page
+        for target in re.findall(r"\]\(([^)#]+)", text):
+            if "://" in target:
+                continue
+            resolved = (page.parent / target).resolve()
+            assert resolved.is_relative_to(root) and resolved.exists(), (page.name, target)

@@ -43,18 +43,22 @@ class CollectiveStats:
         return sum(c.bytes_moved for c in self.collectives)
 
     def table(self) -> str:
-        rows = [f"{'op':<20} {'kind':<6} {'type':<20} {'bytes moved':>12}  reason @ location"]
+        rows = [f"{'op':<20} {'kind':<6} {'type':<20} {'tensor bytes':>12} {'bytes moved':>12}  reason @ location"]
         for c in self.collectives:
             ty = f"{c.dtype}{list(c.shape)}".replace(" ", "")
             rep = f" x{c.repeats}" if c.repeats != 1 else ""
             if c.per_iteration_of:
                 rep += f" [per iteration of {c.per_iteration_of}]"
-            rows.append(f"{c.op:<20} {c.kind:<6} {ty:<20} {c.bytes_moved:>12}  {c.reason}{rep} @ {c.location}")
+            rows.append(f"{c.op:<20} {c.kind:<6} {ty:<20} {c.payload_bytes:>12} {c.bytes_moved:>12}  "
+                        f"{c.reason}{rep} @ {c.location}")
             for k, (reason, loc, nbytes) in enumerate(c.members):
                 rows.append(f"{'':<20}   [{k}] {nbytes:>8} bytes  {reason} @ {loc}")
         loops = " (while loops: one iteration each)" if any(c.per_iteration_of for c in self.collectives) else ""
         rows.append(f"{self.count} collective(s), {self.bytes_per_replica} bytes moved per replica per step "
                     f"({self.num_replicas} replicas){loops}")
+        rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
+                    "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
+                    "tensor bytes, all-gather and broadcast (N-1)/N x tensor bytes), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
