@@ -25,6 +25,19 @@ def here() -> int:
     return inspect.currentframe().f_back.f_lineno
 
 
+def tensor(rec) -> np.ndarray:
+    """A tensor recorded from TensorFlow (tests/data/tf/*.json: value, dtype, shape) as NumPy."""
+    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
+
+
+def assert_tensor(got, rec) -> None:
+    """`got` has the recorded tensor's shape and values (rtol 1e-6)."""
+    want = tensor(rec)
+    got = np.asarray(got)
+    assert got.shape == want.shape, (got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def assert_names_this_line(err, line: int) -> None:
     """`err` (an exception or pytest's ExceptionInfo) names the calling test file, `line`, and a fix."""
     text = str(getattr(err, "value", err))

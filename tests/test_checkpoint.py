@@ -16,16 +16,12 @@ import orbax.checkpoint as ocp
 import pytest
 
 import strategax as sx
-from conftest import assert_names_this_line, here
+from conftest import assert_names_this_line, here, tensor
 
 DATA = pathlib.Path(__file__).parent / "data/tf"
 RECORDED = json.loads((DATA / "variables.json").read_text())["scenarios"]
 CASES = sorted(k for k in RECORDED if k.startswith("checkpoint_"))
 TF = {k.rsplit("_r", 1)[0]: v["result"] for k, v in json.loads((DATA / "checkpoints.json").read_text())["scenarios"].items()}
-
-
-def tensor(rec):
-    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
 
 
 def orbax_alone(path):

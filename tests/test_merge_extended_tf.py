@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tensor
+
 import strategax as sx
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/variables.json").read_text())["scenarios"]
@@ -14,10 +16,6 @@ RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/variables.json")
 
 def scenario(name):
     return RECORDED[name]["result"]
-
-
-def tensor(rec):
-    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
 
 
 def mirrored(n):

@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_tensor, tensor
+
 import strategax as sx
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/strategy_seed.json").read_text())["scenarios"]
@@ -18,17 +20,6 @@ RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/strategy_seed.js
 
 def scenario(name):
     return RECORDED[name]["result"]
-
-
-def tensor(rec):
-    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
-
-
-def assert_tensor(got, rec):
-    want = tensor(rec)
-    got = np.asarray(got)
-    assert got.shape == want.shape, (got, want)
-    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def assert_local_results(strategy, value, recs):

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_names_this_line, here
+from conftest import assert_names_this_line, assert_tensor, here, tensor
 
 import strategax as sx
 
@@ -17,17 +17,6 @@ RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/semantics.json")
 
 def scenario(name):
     return RECORDED[name]["result"]
-
-
-def tensor(rec):
-    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
-
-
-def assert_tensor(got, rec):
-    want = tensor(rec)
-    got = np.asarray(got)
-    assert got.shape == want.shape, (got, want)
-    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def assert_tree(got, rec):

@@ -12,16 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tensor
+
 import strategax as sx
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/variables.json").read_text())["scenarios"]
 SYNCS = ("auto", "on_write", "on_read")
 AGGS = ("none", "sum", "mean", "only_first_replica")
 INIT = {"scalar": 1.0, "vector": [1.0, 2.0]}
-
-
-def tensor(rec):
-    return np.asarray(rec["value"], dtype=rec["dtype"]).reshape(rec["shape"])
 
 
 def is_error(rec):
