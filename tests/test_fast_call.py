@@ -153,3 +153,18 @@ def test_traced_python_scalars_take_the_shortcut_with_their_values(st, signature
     for s in (2.0, 3.0, 0.5, -1.5):
         np.testing.assert_allclose(np.asarray(f(x, s)), np.arange(3.0) * s)
     assert signatures[0] == 1
+
+
+def test_a_leaf_replaced_by_a_container_takes_the_full_path(st, signatures):
+    # Intent: when every argument is one leaf the shortcut skips flattening; an argument that
+    # becomes a tuple, a dict or None must still reach its own program, with NumPy's numbers.
+    f = st.function(lambda v, s: jax.tree.map(lambda a: a * 2.0 + (0.0 if s is None else s), v))
+    x = jnp.arange(3.0)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(x, 1.0)), np.arange(3.0) * 2 + 1)
+    assert signatures[0] == 1
+    (t,) = f((x,), 1.0)
+    np.testing.assert_allclose(np.asarray(t), np.arange(3.0) * 2 + 1)
+    np.testing.assert_allclose(np.asarray(f({"a": x}, 1.0)["a"]), np.arange(3.0) * 2 + 1)
+    np.testing.assert_allclose(np.asarray(f(x, None)), np.arange(3.0) * 2)
+    assert signatures[0] == 4

@@ -24,26 +24,22 @@ MISS = object()  # the call does not fit: take the full path
 MAX_BUILDS = 4  # shortcuts built per specialization: a call that never fits stops paying for it
 _MAX_LAYOUTS = 64  # layout objects remembered per position
 _ARRAY, _DIST, _SAME, _KEY, _SCALAR = range(5)
-_OUT_ARRAY, _OUT_STATIC, _OUT_WRAP, _OUT_BATCH, _OUT_KEY = range(5)
 _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
 
 
 class FastCall:
-    """`fast(args)`: what `compiled` returns for positional `args`, or MISS."""
+    """`fast.call(args)`: what `compiled` returns for positional `args`, or MISS. `call` is
+    Python generated for this program's arguments and outputs (`fast.source` shows it): a
+    loop over generic checks cost a trivial call 3-4 us more than the same checks written
+    out, measured against `jax.jit`'s own dispatch (docs/performance.md, issue 18)."""
 
-    __slots__ = ("compiled", "treedef", "checks", "batch_at", "jitted", "marker", "var_slots", "num_vars",
-                 "outputs", "out_treedef", "out_is_leaf", "finalize")
+    __slots__ = ("compiled", "call", "source")
 
     def __init__(self, compiled, treedef, checks: list, batch_at: int | None):
-        ex, strategy = compiled.executable, compiled.strategy
-        self.compiled, self.treedef, self.checks, self.batch_at = compiled, treedef, checks, batch_at
-        self.jitted, self.marker = ex.jitted, ex.marker
-        self.var_slots, self.num_vars = compiled.var_slots, compiled.num_vars
-        self.outputs = [_output(kind, index, ex.out_layouts) for kind, index in compiled.out_plan]
-        self.out_treedef = compiled.out_treedef
-        self.out_is_leaf = jax.tree_util.treedef_is_leaf(compiled.out_treedef) and len(self.outputs) == 1
-        # one replica: TensorFlow hands back plain values (Strategy._finalize_outputs)
-        self.finalize = strategy._finalize_outputs if strategy.num_replicas_in_sync == 1 else None
+        self.compiled = compiled
+        self.source, env = _generate(compiled, treedef, checks, batch_at)
+        exec(compile(self.source, "<strategax fast call>", "exec"), env)
+        self.call = env["call"]
 
     @classmethod
     def build(cls, compiled, sig: Signature, args: tuple) -> "FastCall | None":
@@ -78,66 +74,69 @@ class FastCall:
                 checks.append((_DIST, type(x), (want, {})))
             else:
                 return None
+        if batch_at is None and (sig.batch is not None or any(k == PER_EXAMPLE for k, _ in compiled.out_plan)):
+            return None  # per-example outputs are trimmed by the batch's row counts
         return cls(compiled, treedef, checks, batch_at)
 
-    def __call__(self, args: tuple):
-        leaves, treedef = _flatten(args)
-        if treedef != self.treedef:
-            return MISS
-        arrays = []
-        for x, (check, want, extra) in zip(leaves, self.checks):
-            if check is _DIST:
-                if type(x) is not want:
-                    return MISS
-                g = x._global
-                if g is None or (id(g[1]) not in extra[1] and not _accept(g[1], extra)):
-                    return MISS
-                arrays.append(g[0])
-            elif check is _ARRAY:
-                if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
-                    return MISS
-                arrays.append(x)
-            elif check is _SCALAR:
-                if type(x) is not want:
-                    return MISS
-                arrays.append(np.asarray(x, extra))
-            elif check is _KEY:  # a typed PRNG key: the program takes its key data
-                if type(x) is not want or x.shape != extra[0] or x.dtype != extra[1]:
-                    return MISS
-                arrays.append(jax.random.key_data(x))
-            elif x is not want:
-                return MISS
-        batch = None
-        if self.batch_at is not None:  # hidden input: the batch's real row counts
-            batch = leaves[self.batch_at]
-            counts = batch._count_value._global
-            if counts is None or counts[1].mesh is not self.checks[self.batch_at][2][0][0]:
-                return MISS
-            arrays.append(counts[0])
-        if self.num_vars:
-            for store, layout in self.var_slots:
-                arrays.append(store.argument(layout))
-        outs = self.jitted(*arrays)
-        if self.marker is not None:
-            throttle(outs[self.marker])
-        if self.num_vars:
-            for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
-                store.set(array)
-        result = []
-        for code, index, layout, cls in self.outputs:
-            if code is _OUT_WRAP:
-                result.append(cls._from_global(outs[index], layout))
-            elif code is _OUT_ARRAY:
-                result.append(outs[index])
-            elif code is _OUT_STATIC:
-                result.append(index)
-            elif code is _OUT_KEY:
-                result.append(jax.random.wrap_key_data(outs[index[0]], impl=index[1]))
-            else:
-                result.append(PerReplicaBatch._from_global_batch(
-                    outs[index], layout, batch._counts, batch._count_value))
-        result = result[0] if self.out_is_leaf else _unflatten(self.out_treedef, result)
-        return result if self.finalize is None else self.finalize(result)
+
+def _generate(compiled, treedef, checks: list, batch_at: int | None) -> tuple[str, dict]:
+    """The source of `call(args)` for these checks and the program's outputs, and the names it
+    reads (the source holds only names and integers, never a user's value). Every check is an
+    exact type or identity test, which only pytree leaves pass, so when each positional
+    argument is one leaf the arguments need no flattening."""
+    ex, strategy = compiled.executable, compiled.strategy
+    env = {"MISS": MISS, "jitted": ex.jitted, "accept": _accept, "asarray": np.asarray,
+           "key_data": jax.random.key_data, "wrap_key_data": jax.random.wrap_key_data, "throttle": throttle,
+           "var_slots": compiled.var_slots, "flatten": _flatten, "unflatten": _unflatten,
+           "treedef": treedef, "out_treedef": compiled.out_treedef,
+           "PerReplica": PerReplica, "Mirrored": Mirrored, "Batch": PerReplicaBatch,
+           # one replica: TensorFlow hands back plain values (Strategy._finalize_outputs)
+           "finalize": strategy._finalize_outputs}
+    lines = ["def call(args):"]
+    if treedef == jax.tree_util.tree_structure((0,) * len(checks)):
+        lines += [f"    if len(args) != {len(checks)}:", "        return MISS", "    leaves = args"]
+    else:
+        lines += ["    leaves, td = flatten(args)", "    if td != treedef:", "        return MISS"]
+    inputs = []
+    for i, (check, want, extra) in enumerate(checks):
+        env[f"want{i}"], env[f"extra{i}"] = want, extra
+        x = f"x{i}"
+        lines.append(f"    {x} = leaves[{i}]")
+        if check == _SAME:
+            lines += [f"    if {x} is not want{i}:", "        return MISS"]
+            continue
+        lines += [f"    if type({x}) is not want{i}:", "        return MISS"]
+        if check == _DIST:
+            env[f"seen{i}"] = extra[1]
+            lines += [f"    g{i} = {x}._global",
+                      f"    if g{i} is None or (id(g{i}[1]) not in seen{i} and not accept(g{i}[1], extra{i})):",
+                      "        return MISS"]
+            inputs.append(f"g{i}[0]")
+        elif check == _SCALAR:
+            inputs.append(f"asarray({x}, extra{i})")
+        else:  # an array, or a typed PRNG key whose key data the program takes
+            lines += [f"    if {x}.shape != extra{i}[0] or {x}.dtype != extra{i}[1]:", "        return MISS"]
+            inputs.append(f"key_data({x})" if check == _KEY else x)
+    if batch_at is not None:  # hidden input: the batch's real row counts
+        env["batch_mesh"] = checks[batch_at][2][0][0]
+        lines += [f"    counts = x{batch_at}._count_value._global",
+                  "    if counts is None or counts[1].mesh is not batch_mesh:", "        return MISS"]
+        inputs.append("counts[0]")
+    if compiled.num_vars:
+        inputs.append("*[store.argument(layout) for store, layout in var_slots]")
+    lines.append(f"    outs = jitted({', '.join(inputs)})")
+    if ex.marker is not None:
+        lines.append(f"    throttle(outs[{ex.marker}])")
+    if compiled.num_vars:
+        lines += [f"    for (store, _), array in zip(var_slots, outs[{len(ex.out_layouts) - compiled.num_vars}:]):",
+                  "        store.set(array)"]
+    results = [_output(i, kind, index, ex.out_layouts, env, batch_at) for i, (kind, index) in enumerate(compiled.out_plan)]
+    if jax.tree_util.treedef_is_leaf(compiled.out_treedef) and len(results) == 1:
+        result = results[0]
+    else:
+        result = f"unflatten(out_treedef, [{', '.join(results)}])"
+    lines.append(f"    return {result}" if strategy.num_replicas_in_sync != 1 else f"    return finalize({result})")
+    return "\n".join(lines) + "\n", env
 
 
 def _accept(layout, extra: tuple) -> bool:
@@ -156,17 +155,21 @@ def _accept(layout, extra: tuple) -> bool:
 _OUTPUT_KINDS = (ARRAY, STATIC, KEY, PER_REPLICA, MIRRORED, PER_EXAMPLE)
 
 
-def _output(kind: str, index, out_layouts) -> tuple:
-    """How one output leaf is made from the program's outputs (as `_Compiled.__call__` does)."""
+def _output(i: int, kind: str, index, out_layouts, env: dict, batch_at: int | None) -> str:
+    """The expression that makes output leaf `i` from the program's outputs `outs` (as
+    `_Compiled.__call__` does); the values it reads go into `env`."""
     if kind == STATIC:
-        return _OUT_STATIC, index, None, None
+        env[f"static{i}"] = index
+        return f"static{i}"
     if kind == KEY:
-        return _OUT_KEY, index, None, None
+        env[f"impl{i}"] = index[1]
+        return f"wrap_key_data(outs[{index[0]}], impl=impl{i})"
     layout = out_layouts[index]
+    env[f"layout{i}"] = layout
+    if layout.per_replica and kind == PER_EXAMPLE:
+        return f"Batch._from_global_batch(outs[{index}], layout{i}, x{batch_at}._counts, x{batch_at}._count_value)"
     if layout.per_replica:
-        if kind == PER_EXAMPLE:
-            return _OUT_BATCH, index, layout, None
-        return _OUT_WRAP, index, layout, PerReplica
+        return f"PerReplica._from_global(outs[{index}], layout{i})"
     if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
-        return _OUT_WRAP, index, layout, Mirrored
-    return _OUT_ARRAY, index, None, None
+        return f"Mirrored._from_global(outs[{index}], layout{i})"
+    return f"outs[{index}]"

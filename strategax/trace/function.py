@@ -157,7 +157,7 @@ class StrategyFunction:
             args, kwargs = check_arguments(self._input_signature, args, kwargs), {}
         fast = self._fast
         if fast is not None and not kwargs:
-            out = fast(args)
+            out = fast.call(args)
             if out is not MISS:
                 detector = self._detector
                 detector.calls += 1
