@@ -8,10 +8,14 @@ lowered for (JAX picks the rule per platform, also for `f.export(platforms=...)`
 - TPU and GPU (and any other): ONE flat collective: ravel, concatenate, one reduction, split,
   reshape, so the lowered program holds exactly one all_reduce per bucket; on these the
   copies are cheap next to the launches they save.
-- CPU: one all_reduce per member, as hand-written `lax.psum` of the tuple lowers: the copies
-  of the flat buffer cost 2-4% of a step on XLA:CPU, which runs every all_reduce in the
-  same thread pool anyway. (A variadic all_reduce would keep one op, but XLA's SPMD
-  partitioner rejects it inside `shard_map`, JAX 0.10.2.)
+- CPU: members of at most CPU_PACK_BYTES share one flat collective, larger members are
+  reduced on their own, and XLA:CPU combines these all_reduces into one tuple all_reduce.
+  Each tuple element costs XLA:CPU a rendezvous of the device threads (~70 us on 8
+  simulated devices over 2 cores) where the flat buffer's copies cost ~1 us per KB, so
+  small tensors are copied and large ones are not: a 20-step loop of a 16-32-4 MLP ran 2.1x
+  the hand-written flat step with one all_reduce per member, and the copies cost 2-4% of
+  the 256-512-10 MLP step (docs/performance.md, issue 18). (A variadic all_reduce would keep
+  one op without copies, but XLA's SPMD partitioner rejects it inside `shard_map`, JAX 0.10.2.)
 """
 from __future__ import annotations
 
@@ -59,9 +63,15 @@ def flat_bucket(*xs, op: str, axis_name):
     return outs
 
 
-def member_bucket(*xs, op: str, axis_name):
-    """The bucket as one all_reduce per member (no copies)."""
-    return [reduce_over_replicas(op, x, axis_name) for x in xs]
+CPU_PACK_BYTES = 64 * 1024  # where copying a member costs XLA:CPU about one rendezvous
+
+
+def cpu_bucket(*xs, op: str, axis_name):
+    """The bucket on XLA:CPU: the small members as one flat collective, each large one alone."""
+    small = [i for i, x in enumerate(xs) if x.size * x.dtype.itemsize <= CPU_PACK_BYTES]
+    packed = dict(zip(small, flat_bucket(*[xs[i] for i in small], op=op, axis_name=axis_name))) \
+        if len(small) > 1 else {}
+    return [packed[i] if i in packed else reduce_over_replicas(op, x, axis_name) for i, x in enumerate(xs)]
 
 
 # The lowering is chosen per platform when the program is lowered, not when it is traced.
@@ -69,7 +79,7 @@ bucket_p = Primitive("sx_all_reduce_bucket")
 bucket_p.multiple_results = True
 bucket_p.def_abstract_eval(lambda *xs, **params: list(xs))
 mlir.register_lowering(bucket_p, mlir.lower_fun(flat_bucket, multiple_results=True))
-mlir.register_lowering(bucket_p, mlir.lower_fun(member_bucket, multiple_results=True), platform="cpu")
+mlir.register_lowering(bucket_p, mlir.lower_fun(cpu_bucket, multiple_results=True), platform="cpu")
 
 LOWERINGS["sx.all_reduce_bucket"] = lambda op, args, ctx: bucket_p.bind(
     *args, op=op.attrs["op"], axis_name=ctx.axis_name)
