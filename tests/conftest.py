@@ -3,6 +3,9 @@ compiled round-trips through the IR text and runs to the same numbers (also on t
 reference interpreter)."""
 import inspect
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -23,6 +26,15 @@ REFERENCE_OP_LIMIT = 400
 def here() -> int:
     """The line number of the caller (the line an error must name)."""
     return inspect.currentframe().f_back.f_lineno
+
+
+def run_dump(script: Path, out: Path, *options: str) -> subprocess.CompletedProcess:
+    """`strategax-dump --out OUT [OPTIONS] SCRIPT` in a fresh process on 4 CPU devices."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent), JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env.pop("STRATEGAX_DUMP_TO", None)
+    return subprocess.run([sys.executable, "-m", "strategax.tools.strategax_dump", "--out", str(out), *options,
+                           str(script)], capture_output=True, text=True, env=env, timeout=300)
 
 
 def tensor(rec) -> np.ndarray:

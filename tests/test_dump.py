@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -15,9 +13,8 @@ import pytest
 import strategax as sx
 from strategax.tools import strategax_dump
 
-from conftest import here
+from conftest import here, run_dump
 
-REPO = Path(__file__).resolve().parent.parent
 SCRIPT = '''
 import numpy as np
 import strategax as sx
@@ -40,11 +37,7 @@ def test_strategax_dump_runs_a_script_and_writes_every_stage(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "dump"
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    env.pop("STRATEGAX_DUMP_TO", None)
-    result = subprocess.run([sys.executable, "-m", "strategax.tools.strategax_dump", "--out", str(out),
-                             str(script)], capture_output=True, text=True, env=env, timeout=300)
+    result = run_dump(script, out)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.strip()) == 2.0 * sum(range(4))  # the script ran: 2 * (0+1+2+3)
     (folder,) = list(out.iterdir())

@@ -3,11 +3,7 @@ lowered for TPU and GPU on a CPU-only machine holds exactly the IR's collectives
 and (exported for CPU) computes one-device NumPy's numbers."""
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -17,9 +13,9 @@ import pytest
 from jax import export
 
 import strategax as sx
+from conftest import run_dump
 from strategax.ir import is_collective
 
-REPO = Path(__file__).resolve().parent.parent
 N = 8
 # the StableHLO ops a collective lowers to (all_reduce also carries broadcasts and buckets)
 HLO_COLLECTIVE = re.compile(r'"?stablehlo\.(all_reduce|all_gather|reduce_scatter|all_to_all|'
@@ -167,12 +163,7 @@ def test_strategax_dump_platforms_writes_each_platforms_module(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "dump"
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    env.pop("STRATEGAX_DUMP_TO", None)
-    result = subprocess.run([sys.executable, "-m", "strategax.tools.strategax_dump", "--out", str(out),
-                             "--platforms", "tpu,cuda", str(script)],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = run_dump(script, out, "--platforms", "tpu,cuda")
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.strip()) == 2.0 * sum(range(4))
     (folder,) = list(out.iterdir())

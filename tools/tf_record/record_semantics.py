@@ -109,6 +109,22 @@ def contexts(tf, n):
     return out
 
 
+def _run_cases(tf, st, cases, modes):
+    """Each case run in each mode (in that order: TF's state carries from one to the next):
+    its result's type tree, value and local results, or its error, keyed NAME_MODE."""
+    out = {}
+    for name, body in cases.items():
+        for mode in modes:
+            fn = tf.function(body) if mode == "tf_function" else body
+            try:
+                r = fn()
+                out["%s_%s" % (name, mode)] = {"type_tree": type_tree(r), "value": enc(r),
+                                               "local_results": local(st, r)}
+            except Exception as e:  # noqa: BLE001
+                out["%s_%s" % (name, mode)] = err(e)
+    return out
+
+
 # ---------------------------------------------------------------- closures
 
 @scenario("closures", devices=(1, 2, 4))
@@ -136,17 +152,7 @@ def closures(tf, n):
         "var_gather_axis0": lambda: st.gather(v, axis=0),
         "run_reads_var": lambda: st.run(lambda: v * 3.0),
     }
-    out = {}
-    for name, body in cases.items():
-        for mode in ("tf_function", "eager"):
-            fn = tf.function(body) if mode == "tf_function" else body
-            try:
-                r = fn()
-                out["%s_%s" % (name, mode)] = {"type_tree": type_tree(r), "value": enc(r),
-                                               "local_results": local(st, r)}
-            except Exception as e:  # noqa: BLE001
-                out["%s_%s" % (name, mode)] = err(e)
-    return out
+    return _run_cases(tf, st, cases, ("tf_function", "eager"))
 
 
 # ---------------------------------------------------------------- merge_call regrouping
@@ -349,17 +355,7 @@ def ragged(tf, n):
     cases["run_output_lengths_local"] = lambda: st.experimental_local_results(ragged_out())
     cases["run_output_lengths_gather"] = lambda: st.gather(ragged_out(), axis=0)
     cases["run_output_lengths_reduce_sum_axis0"] = lambda: st.reduce("SUM", ragged_out(), axis=0)
-    out = {}
-    for name, body in cases.items():
-        for mode in ("eager", "tf_function"):
-            fn = tf.function(body) if mode == "tf_function" else body
-            try:
-                r = fn()
-                out["%s_%s" % (name, mode)] = {"type_tree": type_tree(r), "value": enc(r),
-                                               "local_results": local(st, r)}
-            except Exception as e:  # noqa: BLE001
-                out["%s_%s" % (name, mode)] = err(e)
-    return out
+    return _run_cases(tf, st, cases, ("eager", "tf_function"))
 
 
 @scenario("ragged_dataset", devices=(2,))
