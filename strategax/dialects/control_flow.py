@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 from jax import lax
 
-from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef,
+from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef, Value,
                   TensorType, declare, has_collective, lookup)
 from .registry import LOWERINGS, REFERENCE
 
@@ -286,3 +286,66 @@ def _reference_scan(op, args, ctx):
 
 REFERENCE.update({"jax.cond": _reference_cond, "jax.while": _reference_while,
                   "jax.scan": _reference_scan})
+
+
+# --- how values flow through a region op (read by the analyses: rows, localities) ----------
+def region_flows(op: Operation) -> list[tuple[Value, Value, int]]:
+    """Every pair of values `op` makes one, as (outer, inner, shift): an operand and the region
+    argument it feeds, a region's result and the op result (or next iteration's argument) it
+    becomes. Axis k of `inner` is axis k + shift of `outer` (shift 1 for a scan's xs and ys,
+    whose leading axis is the scanned one; see `scanned_axes`)."""
+    flows: list[tuple[Value, Value, int]] = []
+    if op.name == "jax.cond":
+        for branch in op.regions:
+            flows += [(x, a, 0) for x, a in zip(op.operands[1:], branch.args)]
+            flows += [(r, y, 0) for r, y in zip(op.results, branch.results)]
+    elif op.name == "jax.while":
+        cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
+        cond, body = op.regions
+        flows += [(x, a, 0) for x, a in zip(op.operands[:cn], cond.args[:cn])]
+        flows += [(x, a, 0) for x, a in zip(op.operands[cn:cn + bn], body.args[:bn])]
+        for j, x in enumerate(op.operands[cn + bn:]):
+            flows += [(x, cond.args[cn + j], 0), (x, body.args[bn + j], 0), (x, body.results[j], 0),
+                      (x, op.results[j], 0)]
+    elif op.name == "jax.scan":
+        nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
+        body = op.regions[0]
+        flows += [(x, a, 0) for x, a in zip(op.operands[:nc + ncarry], body.args[:nc + ncarry])]
+        flows += [(op.operands[nc + j], body.results[j], 0) for j in range(ncarry)]
+        flows += [(op.operands[nc + j], op.results[j], 0) for j in range(ncarry)]
+        flows += [(x, a, 1) for x, a in zip(op.operands[nc + ncarry:], body.args[nc + ncarry:])]
+        flows += [(r, y, 1) for r, y in zip(op.results[ncarry:], body.results[ncarry:])]
+    return flows
+
+
+def scanned_axes(op: Operation) -> list[tuple[Value, int]]:
+    """The outer axes a loop steps along (a scan's xs and ys, axis 0): a row axis there would
+    be iterated row by row."""
+    if op.name != "jax.scan":
+        return []
+    nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
+    return [(x, 0) for x in op.operands[nc + ncarry:]] + [(y, 0) for y in op.results[ncarry:]]
+
+
+def add_const(op: Operation, value: Value) -> list[Value]:
+    """Make outer `value` visible inside every region of `op` as a new first argument (a loop
+    constant, a branch operand); returns those arguments, one per region."""
+    new = [Value(value.type.with_sharding(None)) for _ in op.regions]
+    if op.name == "jax.cond":
+        op.operands.insert(1, value)
+    elif op.name == "jax.while":
+        cn = op.attrs["cond_nconsts"]
+        op.operands[cn:cn] = [value]
+        op.operands.insert(0, value)
+        op.attrs = {**op.attrs, "cond_nconsts": cn + 1, "body_nconsts": op.attrs["body_nconsts"] + 1}
+    elif op.name == "jax.scan":
+        op.operands.insert(0, value)
+        attrs = {**op.attrs, "num_consts": op.attrs["num_consts"] + 1}
+        if isinstance(attrs.get("linear"), tuple):
+            attrs["linear"] = (False, *attrs["linear"])
+        op.attrs = attrs
+    else:
+        raise ValueError(f"internal error: {op.name} has no region constants")
+    for region, arg in zip(op.regions, new):
+        region.args.insert(0, arg)
+    return new
