@@ -3,7 +3,7 @@
 A padded input batch arrives marked `sx.rows %x, %count` (axis 0 is its row axis, the first
 `count` rows are real). The pass:
 
-1. finds every axis that is that row axis (`row_axes.rule` says how each op moves axes; axis
+1. finds every axis that is that row axis (`axis_rules.rule` says how each op moves axes; axis
    identities are unified in both directions, so the backward pass jax.grad emitted is covered
    as well as the forward one; through `cond`/`while`/`scan` the operands, region arguments,
    region results and loop carries are unified as `control_flow.region_flows` pairs them, which
@@ -37,7 +37,7 @@ from ..dialects.control_flow import add_const, region_flows, scanned_axes
 from ..errors import DistributionValueError
 from ..ir import Block, Locality, Module, Operation, TensorType, Value
 from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
-from .row_axes import rule
+from .axis_rules import rule
 
 REASON = "padded rows"
 _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batch_mask(x)[:, None], "
