@@ -3,7 +3,8 @@
 - all_reduce MEAN / MAX / MIN of a mirrored value is the value; SUM is N times the value.
 - `reduce_sum` over the gathered axis of an `all_gather` (used only there) is an all_reduce SUM
   of the local `reduce_sum`: each replica sends its partial sum instead of its whole piece.
-- Two all_reduces (or all_gathers) of one value with the same op (axis) are one.
+- Two all_reduces (or all_gathers) of one value with the same op (axis) are one, unless one
+  asks for compression and the other does not (a variable's aggregation never is).
 Needs localities: run after `infer-locality`.
 """
 from __future__ import annotations
@@ -56,7 +57,7 @@ def simplify_block(block: Block, num_replicas: int) -> None:
         if op.name in ("sx.all_reduce", "sx.all_gather"):
             x = op.operands[0]
             kind = op.attrs.get("op", op.attrs.get("axis"))
-            key = (op.name, id(x), kind)
+            key = (op.name, id(x), kind, op.attrs.get("compression"))  # a compressed copy is another value
             if key in seen:
                 mapping[id(op.result)] = seen[key]
                 continue
