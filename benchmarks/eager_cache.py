@@ -8,7 +8,7 @@ ratio to the same-function call stays near 1 (it compiled every call, ~150x, bef
     PYTHONPATH=. python benchmarks/eager_cache.py [--calls 50] [--rounds 5] [--device auto|cpu|gpu]
 """
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

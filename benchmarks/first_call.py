@@ -13,7 +13,7 @@ Run: python benchmarks/first_call.py [--rounds N] [--cold] [--cached] [--profile
 import os
 import sys
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 if "--one" not in sys.argv:  # this process compiles every round: no compilation cache
     os.environ["STRATEGAX_COMPILATION_CACHE"] = "0"

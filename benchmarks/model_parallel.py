@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import jax  # noqa: E402

@@ -10,7 +10,7 @@ with the same weights, then prints median times and ratios.
 Run: python benchmarks/multi_step.py [--rounds R] [--steps N] [--device auto|cpu|gpu]
 """
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

@@ -11,7 +11,7 @@ import os
 import sys
 
 WORKER = os.environ.get("STRATEGAX_BENCH_WORKER") == "1"
-import device  # noqa: E402 - sets JAX's flags (a worker's are in its environment): before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags (a worker's are in its environment): before jax
 
 import argparse  # noqa: E402
 import json  # noqa: E402

@@ -13,7 +13,7 @@ Run: python benchmarks/padding_masks.py [--steps N] [--rounds R]
 """
 import os
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

@@ -1,13 +1,13 @@
 """The data-parallel MLP step with strategax against the same step hand-written with
 `jax.shard_map`, timed interleaved in one process: `--model small` (256-512-10, global batch
 1024; the CPU figure), `--model large` (4096-8192-8192-1000, global batch 8192; a GPU's),
-over 8 simulated CPU devices or every GPU (`--device`, benchmarks/device.py). Prints the
+over 8 simulated CPU devices or every GPU (`--device`, benchmarks/bench_device.py). Prints the
 median step-time ratio and the per-call dispatch overhead ratio of a cached strategax call
 against a cached `jax.jit` call, each with an identical-JAX control.
 
 Run: python benchmarks/step_vs_jax.py [--steps N] [--rounds R] [--model small|large] [--device auto|cpu|gpu]
 """
-import device  # noqa: F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -39,12 +39,13 @@ def sgd(params, grads):
     return jax.tree.map(lambda p, g: p - LR * g, params, grads)
 
 
-def make_strategax_step(strategy):
+def make_strategax_step(strategy, options=None):
+    """The SGD step; `options` (sx.CommunicationOptions) for the gradients' all_reduce."""
     @strategy.function
     def step(params, batch):
         def replica_step(params, batch):
             loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
-            grads = sx.get_replica_context().all_reduce(sx.ReduceOp.MEAN, grads)
+            grads = sx.get_replica_context().all_reduce(sx.ReduceOp.MEAN, grads, options=options)
             return sgd(params, grads), loss
         params, loss = strategy.run(replica_step, args=(params, batch))
         return params, strategy.reduce(sx.ReduceOp.MEAN, loss)

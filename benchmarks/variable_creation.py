@@ -7,7 +7,7 @@ the ratio of the last thousand to the first: linear creation keeps it near 1 (it
     PYTHONPATH=. python benchmarks/variable_creation.py [--thousands 8] [--device auto|cpu|gpu]
 """
 
-import device  # noqa: E402,F401 - sets JAX's flags: before jax
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import time  # noqa: E402
