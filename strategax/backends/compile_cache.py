@@ -40,13 +40,9 @@ def default_dir() -> Path:
     return Path(base) / "strategax" / "xla"
 
 
-def cache_dir() -> str | None:
-    """The folder JAX's persistent cache uses in this process (set up on first use), or None."""
-    return configure()
-
-
 def configure() -> str | None:
-    """Turn the cache on for this process as STRATEGAX_COMPILATION_CACHE says (once)."""
+    """Turn the cache on for this process as STRATEGAX_COMPILATION_CACHE says (decided once);
+    the folder in use, or None when the cache is off."""
     if _configured:
         return _configured[0]
     setting = os.environ.get(ENV, "").strip()

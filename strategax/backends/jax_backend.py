@@ -78,7 +78,7 @@ class Executable:
             donate_argnums = range(nargs, nargs + len(var_types))
         ctx = LoweringContext(mesh.shape[AXIS], mesh)
         in_layouts, out_layouts = self.in_layouts, self.out_layouts
-        self._compiled = compile_cache.configure() is None  # else the first call compiles: cache it
+        self._cache_first_run = compile_cache.configure() is not None  # its compilation goes to the cache
 
         def body(*local):
             args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
@@ -95,12 +95,12 @@ class Executable:
                               donate_argnums=tuple(donate_argnums))
 
     def __call__(self, *global_args) -> tuple:
-        if self._compiled:
-            outs = self.jitted(*global_args)
-        else:
+        if self._cache_first_run:
             with compile_cache.writing():
                 outs = self.jitted(*global_args)
-            self._compiled = True
+            self._cache_first_run = False
+        else:
+            outs = self.jitted(*global_args)
         if self.marker is not None:
             throttle(outs[self.marker])
         return outs
