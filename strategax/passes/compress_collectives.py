@@ -15,14 +15,15 @@ the narrow type and no request. Runs before `fuse-collectives`, which buckets by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from ..dialects.collectives import COMPRESSIONS, compressible
 from ..errors import DistributionValueError
-from ..ir import DTYPES, Block, Module, Operation, TensorType, Value, dtype_name
+from ..ir import DTYPES, Module, Operation, TensorType, Value, dtype_name
 from .manager import PassOptionError
-from .rewrite import all_blocks, replace_uses
+from .rewrite import BlockRewriter, rewrite_blocks
 
 # the reductions that carry gradients when the user reduces them (the `dtype` option's reach)
 GRADIENT_REASONS = ("ReplicaContext.all_reduce", "StrategyExtended.batch_reduce_to")
@@ -77,31 +78,25 @@ def compress(op: Operation, dtype: str, why: str) -> tuple[Operation, Operation,
     return into, reduce, back
 
 
-def compress_block(block: Block, default: str | None) -> int:
-    """Compress `block`'s all_reduces in place; returns how many."""
-    out: list[Operation] = []
-    mapping: dict[int, Value] = {}
-    for op in block.ops:
+def compress_block(rw: BlockRewriter, default: str | None) -> None:
+    """Compress the all_reduces of `rw`'s block that ask for it (or, with `default`, carry gradients)."""
+    for op in rw.ops():
         dtype = _target(op, default)
         if dtype is None:
-            out.append(op)
             continue
         why = (f"CommunicationOptions(compression={dtype!r})" if "compression" in op.attrs
                else f"compress-collectives{{dtype={dtype}}}")
-        into, reduce, back = compress(op, dtype, why)
-        out += [into, reduce, back]
-        mapping[id(op.result)] = back.result
-    if mapping:
-        block.ops[:] = out
-        replace_uses(block, mapping)
-    return len(mapping)
+        casts = compress(op, dtype, why)
+        rw.insert_before(op, list(casts))
+        rw.replace(op, [casts[-1].result])
 
 
 @dataclass(frozen=True)
 class CompressCollectives:
     """Send the all_reduces that ask for it (or, with `dtype`, every gradient reduction) in bf16 or f16."""
 
-    name: str = "compress-collectives"
+    name: ClassVar[str] = "compress-collectives"
+    requires: ClassVar[tuple[str, ...]] = ()
     dtype: str = ""  # "bf16" or "f16": also the gradient reductions that do not ask
 
     def __post_init__(self):
@@ -109,7 +104,5 @@ class CompressCollectives:
             raise PassOptionError(f"pass 'compress-collectives': option 'dtype' takes "
                                   f"{' or '.join(COMPRESSIONS)}, not {self.dtype!r}")
 
-    def apply(self, module: Module) -> Module:
-        for block in all_blocks(module):
-            compress_block(block, self.dtype or None)
-        return module
+    def apply(self, module: Module) -> bool:
+        return rewrite_blocks(module, lambda rw: compress_block(rw, self.dtype or None))
