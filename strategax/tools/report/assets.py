@@ -43,6 +43,7 @@ pre.diff { background: #fff; border: 1px solid var(--line); padding: 6px; max-he
 pre.diff .add { background: #e8f5e9; color: #1b5e20; display: block; }
 pre.diff .del { background: #ffebee; color: #b71c1c; display: block; }
 pre.diff .hunk { color: #6a1b9a; display: block; }
+pre.diff .ctx { display: block; }
 details.stage { margin: 4px 0; }
 details.stage > summary { cursor: pointer; }
 .graph { overflow: auto; max-height: 720px; border: 1px solid var(--line); background: #fff; }

@@ -76,11 +76,11 @@ def _diff(before: str, after: str) -> tuple[str, int, int]:
     for line in difflib.unified_diff(before.splitlines(), after.splitlines(), n=2, lineterm=""):
         if line.startswith(("---", "+++")):
             continue
-        cls = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else ""
+        cls = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
         added += cls == "add"
         removed += cls == "del"
-        lines.append(f'<span class="{cls}">{html.escape(line)}</span>' if cls else html.escape(line))
-    return "\n".join(lines), added, removed
+        lines.append(f'<span class="{cls}">{html.escape(line)}</span>')
+    return "".join(lines), added, removed  # each line a block of its own
 
 
 def _pipeline(data: ReportData) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 _ENTRY = re.compile(r'^(\d+) (.*)$')
 _FIELDS = re.compile(r'(\w+)=(\d+)')
-_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?metadata=\{(.*)$')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?(?<=[\]})] )([a-z][\w\-]*)\(')  # name, opcode
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME = re.compile(r'stack_frame_id=(\d+)')
 _SOURCE = re.compile(r'source_file="((?:[^"\\]|\\.)*)" source_line=(\d+)')
@@ -23,6 +23,7 @@ class OpMetadata:
     ir_op: str
     file: str | None
     line: int | None
+    opcode: str = ""  # XLA's: all-reduce, fusion, dot, ...
 
     @property
     def ir_kind(self) -> str:
@@ -62,7 +63,7 @@ def hlo_metadata(text: str) -> dict[str, OpMetadata]:
         m = _INSTRUCTION.match(line)
         if not m:
             continue
-        meta = m.group(2)
+        meta = line.partition("metadata={")[2]  # XLA's own rewrites may leave an instruction none
         op_name = (_OP_NAME.search(meta) or [None, ""])[1].replace('\\"', '"')
         file = lineno = None
         if (src := _SOURCE.search(meta)) is not None:
@@ -71,5 +72,5 @@ def hlo_metadata(text: str) -> dict[str, OpMetadata]:
             loc = locations.get(frames.get(int(fr.group(1)), {}).get("file_location_id", -1))
             if loc is not None:
                 file, lineno = files.get(loc.get("file_name_id")), loc.get("line")
-        out[m.group(1)] = OpMetadata(op_name, ir_op_of(op_name), file, lineno)
+        out[m.group(1)] = OpMetadata(op_name, ir_op_of(op_name), file, lineno, m.group(2))
     return out

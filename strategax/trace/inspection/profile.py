@@ -29,7 +29,8 @@ ANNOTATED = "strategax.trace.json.gz"
 
 @dataclass(frozen=True)
 class ProfileRow:
-    kind: str  # the IR op's name (`sx.all_reduce`, `jax.dot_general`) or "XLA (no IR op)"
+    kind: str  # the IR op's name (`sx.all_reduce`, `jax.dot_general`), or "XLA dot (no IR op)" for
+    # an instruction XLA made without metadata
     seconds_per_step: float  # mean over the devices, self time (a loop's body counts in its ops)
     events: int  # XLA op executions seen, all steps and devices
     collective: bool
@@ -117,7 +118,8 @@ def summarize(trace: dict, hlo_text: str, collectives: set[str], name: str, step
     per_kind: dict[str, list] = defaultdict(lambda: [0.0, 0])
     for k, i in enumerate(program):
         m = meta.get(events[i]["args"]["hlo_op"])
-        kind = m.ir_kind if m is not None and m.ir_kind else "XLA (no IR op)"
+        kind = (m.ir_kind if m is not None and m.ir_kind else
+                f"XLA {m.opcode} (no IR op)" if m is not None else "XLA (no IR op)")
         per_kind[kind][0] += times[k]
         per_kind[kind][1] += 1
     _annotate(events, program, meta)
