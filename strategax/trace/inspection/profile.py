@@ -22,9 +22,10 @@ import jax
 
 from ...ir import is_collective
 from ..distributed_values import DistributedValues
-from .hlo_metadata import OpMetadata, hlo_metadata
+from .hlo_metadata import OpMetadata, hlo_metadata, ir_op_of
 
 ANNOTATED = "strategax.trace.json.gz"
+_NUMBER = re.compile(r"[._]\d+$")
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,20 @@ def _annotate(events: list[dict], program: list[int], meta: dict[str, OpMetadata
         e["args"] = {**e["args"], "ir_op": m.ir_op, "source": where, "op_name": m.op_name}
 
 
+def _kind(args: dict, meta: dict[str, OpMetadata]) -> str:
+    """The IR op kind of an XLA op event: from the compiled HLO's metadata, else from the op
+    name the event carries (GPU kernels do), else XLA's own name without its number (a
+    `command_buffer`: XLA:GPU runs the step as CUDA graphs unless told otherwise, see sx.profile)."""
+    m = meta.get(args["hlo_op"])
+    if m is not None and m.ir_kind:
+        return m.ir_kind
+    named = ir_op_of(args.get("name", "") or args.get("long_name", ""))
+    if named:
+        return named.split(" (", 1)[0]
+    opcode = m.opcode if m is not None else _NUMBER.sub("", args["hlo_op"])
+    return f"XLA {opcode} (no IR op)"
+
+
 def summarize(trace: dict, hlo_text: str, collectives: set[str], name: str, steps: int,
               trace_dir: Path, trace_file: Path) -> Profile:
     """Rename the program's XLA op events in `trace` (Perfetto JSON, in place) and sum their
@@ -117,9 +132,7 @@ def summarize(trace: dict, hlo_text: str, collectives: set[str], name: str, step
     devices = {events[i]["args"].get("device_ordinal", events[i].get("pid")) for i in program}
     per_kind: dict[str, list] = defaultdict(lambda: [0.0, 0])
     for k, i in enumerate(program):
-        m = meta.get(events[i]["args"]["hlo_op"])
-        kind = (m.ir_kind if m is not None and m.ir_kind else
-                f"XLA {m.opcode} (no IR op)" if m is not None else "XLA (no IR op)")
+        kind = _kind(events[i]["args"], meta)
         per_kind[kind][0] += times[k]
         per_kind[kind][1] += 1
     _annotate(events, program, meta)
@@ -143,7 +156,11 @@ def _latest_run(logdir: Path, before: set[Path]) -> Path:
 
 def profile(f, *args, steps: int = 5, logdir: str | os.PathLike = "strategax-profile", **kwargs) -> Profile:
     """Run `f(*args, **kwargs)` `steps` times under JAX's profiler, writing the trace under
-    `logdir`; print and return where a step's time went per IR op kind, collectives first."""
+    `logdir`; print and return where a step's time went per IR op kind, collectives first.
+
+    On GPU, XLA runs a step's kernels as CUDA graphs ("command buffers"), which the trace shows
+    as one event each: set `XLA_FLAGS=--xla_gpu_enable_command_buffer=` before JAX starts to see
+    (and attribute) each op."""
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"sx.profile: steps must be a positive int, not {steps!r}")
     logdir = Path(logdir)
