@@ -23,9 +23,9 @@ counts = {"found": 0, "compiled": 0}
 class Count(logging.Handler):  # JAX's log of each program its persistent cache looked up
     def emit(self, record):
         text = record.getMessage()
-        if "'jit_strategax_" in text and text.startswith("Persistent compilation cache hit"):
+        if "'jit_step'" in text and text.startswith("Persistent compilation cache hit"):
             counts["found"] += 1
-        elif "'jit_strategax_" in text and text.startswith("PERSISTENT COMPILATION CACHE MISS"):
+        elif "'jit_step'" in text and text.startswith("PERSISTENT COMPILATION CACHE MISS"):
             counts["compiled"] += 1
 
 log = logging.getLogger("jax._src.compiler")
@@ -76,7 +76,7 @@ def expected() -> np.ndarray:
 
 
 def entries(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.glob("jit_strategax_*-cache"))
+    return sorted(p for p in folder.glob("jit_step-*-cache"))
 
 
 def test_a_second_process_loads_the_program_the_first_compiled(tmp_path):

@@ -18,6 +18,7 @@ from ..ir import Block, Locality, Module, TensorType, has_collective, is_collect
 from . import compile_cache
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
+from .metadata import op_metadata
 
 
 class LoweringContext:
@@ -40,7 +41,8 @@ class LoweringContext:
             rule = LOWERINGS.get(op.name, generic_lowering)
             if self._collectives_are_identities and _is_collective(op):
                 rule = _identity
-            outs = rule(op, [env[id(v)] for v in op.operands], self)
+            with op_metadata(op):  # XLA's metadata names the IR op and the user's line
+                outs = rule(op, [env[id(v)] for v in op.operands], self)
             for r, x in zip(op.results, outs):
                 env[id(r)] = constrain_propagated(op, r, x, self)
         return [env[id(v)] for v in block.results]
@@ -86,7 +88,8 @@ class Executable:
             outs = ctx.run_block(main.body, args[:nargs]) + [ctx.vars[v.name] for v in module.vars]
             return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
 
-        body.__name__ = body.__qualname__ = f"strategax_{module.name}"  # JAX's logs and cache files name it
+        body.__name__ = body.__qualname__ = module.name  # XLA's module: jit_<name>, in profiles too
+
         mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
                                out_specs=tuple(l.spec for l in out_layouts), check_vma=False,
                                axis_names={AXIS})  # logical-device axes stay automatic
