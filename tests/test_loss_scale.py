@@ -231,17 +231,14 @@ def test_scaled_loss_and_unscaled_gradients_as_tensorflow():
 
 
 def test_loss_scale_misuse_names_the_line():
-    # Intent: a wrong loss_scale, or scaling without one, fails naming the user's line.
+    # Intent: a wrong loss_scale, or scaling without one, fails naming the user's line and the
+    # fix (every bad argument: tests/test_public_arguments.py).
     with mirrored(2).scope():
         line = here() + 2
         with pytest.raises(ValueError) as err:
             sx.Optimizer(optax.sgd(0.1), loss_scale="static")
         assert_names_this_line(err, line)
         assert "dynamic" in str(err.value)
-        line = here() + 2
-        with pytest.raises(ValueError) as err:
-            sx.Optimizer(optax.sgd(0.1), loss_scale=0.0)
-        assert_names_this_line(err, line)
         opt = sx.Optimizer(optax.sgd(0.1))
     assert opt.loss_scale is None and not opt.dynamic and opt.dynamic_counter is None
     line = here() + 2

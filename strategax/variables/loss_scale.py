@@ -13,7 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..errors import DistributionValueError
+from ..errors import DistributionTypeError, DistributionValueError
 from .enums import VariableAggregation
 from .variables import Variable
 
@@ -70,14 +70,15 @@ class DynamicLossScale:
 
 def make(loss_scale, optimizer_name: str) -> FixedLossScale | DynamicLossScale | None:
     """The loss scale `sx.Optimizer(loss_scale=...)` asks for: None, "dynamic" or a number."""
+    fix = "pass loss_scale=\"dynamic\" (TensorFlow's LossScaleOptimizer) or a fixed scale such as 1024.0"
     if loss_scale is None:
         return None
-    if isinstance(loss_scale, str) and loss_scale == "dynamic":
+    if loss_scale == "dynamic":
         return DynamicLossScale(optimizer_name)
-    if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool) \
-            and math.isfinite(loss_scale) and loss_scale > 0:
-        return FixedLossScale(loss_scale)
-    raise DistributionValueError(f"loss_scale must be None, \"dynamic\" or a positive finite number, "
-                                 f"not {loss_scale!r:.60}",
-                                 "pass loss_scale=\"dynamic\" (TensorFlow's LossScaleOptimizer) or a "
-                                 "fixed scale such as loss_scale=1024.0")
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float, str)):
+        raise DistributionTypeError(f"loss_scale must be None, \"dynamic\" or a number, not "
+                                    f"{type(loss_scale).__name__} {loss_scale!r:.60}", fix)
+    if isinstance(loss_scale, str) or not (math.isfinite(loss_scale) and loss_scale > 0):
+        raise DistributionValueError(f"loss_scale must be \"dynamic\" or a positive finite number, not "
+                                     f"{loss_scale!r:.60}", fix)
+    return FixedLossScale(loss_scale)

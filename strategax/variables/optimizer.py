@@ -30,6 +30,15 @@ def _add_update(var, update):
     return var.assign_add(update)
 
 
+def _array(value, what: str, fix: str):
+    """`value` as an array (a traced one inside a trace); anything else is a located TypeError."""
+    try:
+        return jnp.asarray(value)
+    except (TypeError, ValueError):
+        raise DistributionTypeError(f"{what} must be an array, not {type(value).__name__} {value!r:.60}",
+                                    fix) from None
+
+
 class Optimizer:
     """Wrap `tx` (an optax GradientTransformation); create it in `strategy.scope()`.
     `loss_scale="dynamic"` (or a fixed number) scales the loss for float16 as TensorFlow's
@@ -98,14 +107,20 @@ class Optimizer:
         """`loss` times the loss scale, in the loss's dtype; a callable gives a callable."""
         if callable(loss):
             return lambda: self.get_scaled_loss(loss())
-        loss = jnp.asarray(loss)
-        return loss * self._scale("get_scaled_loss").astype(loss.dtype)
+        scale = self._scale("get_scaled_loss")
+        loss = _array(loss, "get_scaled_loss's loss", "pass the loss (an array or scalar) or a function returning it")
+        return loss * scale.astype(loss.dtype)
 
     def get_unscaled_gradients(self, grads):
         """Each gradient times 1 / the loss scale (in its dtype); None stays None. Takes a list as
         TensorFlow's, or any pytree of gradients (what `jax.grad` returns)."""
         reciprocal = 1.0 / self._scale("get_unscaled_gradients")
-        unscaled = jax.tree_util.tree_map(lambda g: g * reciprocal.astype(jnp.asarray(g).dtype), grads)
+
+        def unscale(g):
+            g = _array(g, "a gradient given to get_unscaled_gradients",
+                       "pass a list (or pytree) of gradient arrays, None where there is none")
+            return g * reciprocal.astype(g.dtype)
+        unscaled = jax.tree_util.tree_map(unscale, grads)
         return list(unscaled) if isinstance(grads, tuple) else unscaled
 
     # --- slots ------------------------------------------------------------------------------
