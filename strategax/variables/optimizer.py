@@ -53,6 +53,8 @@ class Optimizer:
         self.iterations = Variable(0, name=f"{name}/iterations", dtype=jnp.int32, trainable=False,
                                    aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
         self._loss_scale = loss_scales.make(loss_scale, name)
+        for var in self.non_slot_variables().values():
+            var._optimizer_state = True  # counted as optimizer state in f.stats().memory
         self._groups: dict[frozenset, SlotGroup] = {}  # the ids of a group's variables -> its slots
         self._pending: dict[int, tuple[Variable, dict]] = {}  # restored slots waiting for their group
 
@@ -230,6 +232,8 @@ class SlotGroup:
             self.slots = [Variable(self._initial(optimizer.name, pending, owner, path, leaf), trainable=False,
                                    name=f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}")
                           for owner, path, leaf in self.leaves]
+        for slot in self.slots:
+            slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
 
     def _label(self, owner: int | None) -> str:
         return "group" if owner is None else self.variables[owner].name
