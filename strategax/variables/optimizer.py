@@ -38,6 +38,7 @@ class Optimizer:
         self._strategy = _context.strategy()
         self.iterations = Variable(0, name=f"{name}/iterations", dtype=jnp.int32, trainable=False,
                                    aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
+        self.iterations._optimizer_state = True  # counted as optimizer state in f.stats().memory
         self._groups: dict[frozenset, SlotGroup] = {}  # the ids of a group's variables -> its slots
         self._pending: dict[int, tuple[Variable, dict]] = {}  # restored slots waiting for their group
 
@@ -150,6 +151,8 @@ class SlotGroup:
             self.slots = [Variable(self._initial(optimizer.name, pending, owner, path, leaf), trainable=False,
                                    name=f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}")
                           for owner, path, leaf in self.leaves]
+        for slot in self.slots:
+            slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
 
     def _label(self, owner: int | None) -> str:
         return "group" if owner is None else self.variables[owner].name
