@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..ir import Block, Locality, Module, Operation, Value, lookup
+from ..ir import Block, Locality, Module, Operation, Value, declaration
 from .rewrite import all_values as values
 
 
@@ -33,7 +33,7 @@ def _region_inputs(op: Operation, region_index: int) -> list[Locality]:
 
 
 def _infer_op(op: Operation) -> None:
-    outs = lookup(op.name).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
+    outs = declaration(op).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
     if op.regions:
         _infer_regions(op)
         # Result i is what the producing regions yield at position i (a while's body; every

@@ -16,8 +16,11 @@ from typing import Sequence
 from ..trace.dump import ENV, HTML_ENV, PLATFORMS_ENV, check_platforms
 
 
+# a constant, not __doc__: `python -OO` strips docstrings
+DESCRIPTION = "run a script and write every stage of each function it compiles"
+
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="strategax-dump", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="strategax-dump", description=DESCRIPTION)
     ap.add_argument("--out", default="strategax-dump", help="folder to write (default ./strategax-dump)")
     ap.add_argument("--platforms", default="",
                     help="also export each program for these platforms, comma-separated (e.g. tpu,cuda)")
