@@ -118,3 +118,26 @@ def test_apply_says_whether_it_changed_anything():
     assert cse.apply(module) is True
     assert cse.apply(module) is False
     assert str(module).count("jax.neg") == 1
+
+
+def test_an_undeclared_op_is_a_named_error():
+    # Intent: an op no dialect declares (built in Python, never verified) reaching a pass that
+    # needs its declaration is an UndeclaredOpError naming the op and its line, not an
+    # AttributeError on None.
+    x = Value(F32, "x")
+    op = Operation("foo.bar", [x], [Value(F32, "y")], loc=ir.Location("train.py", 7))
+    module = ir.Module("m", {"num_replicas": 2}, funcs=[ir.Func("main", ir.Block([x], [op], [op.result]))])
+    with pytest.raises(ir.UndeclaredOpError, match=r"op 'foo.bar' at train.py:7 is declared by no dialect"):
+        get_pass("infer-locality").apply(module)
+
+
+def test_the_tools_run_under_python_OO():
+    # Intent: `python -OO` strips docstrings; the command-line tools' help does not read them.
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for tool in ("strategax_opt", "strategax_dump"):
+        out = subprocess.run([sys.executable, "-OO", "-m", f"strategax.tools.{tool}", "--help"], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": root}, timeout=120)
+        assert out.returncode == 0 and "usage:" in out.stdout, out.stderr

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..dialects.control_flow import region_flows
-from ..ir import Block, Locality, Module, Operation, Value, lookup
+from ..ir import Block, Locality, Module, Operation, Value, declaration
 from .rewrite import all_values as values
 
 
@@ -24,7 +24,7 @@ def _set(v: Value, loc: Locality) -> bool:
 def _infer_op(op: Operation) -> None:
     if op.regions:
         _infer_regions(op)
-    outs = lookup(op.name).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
+    outs = declaration(op).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
     for r, loc in zip(op.results, outs):
         _set(r, loc)
 
