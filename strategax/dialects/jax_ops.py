@@ -9,10 +9,10 @@ from typing import Callable
 
 import numpy as np
 from jax import core as jax_core
-from jax.extend import core as jex_core
 
 from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
-from ..ir.attributes import find_primitive, register_primitive
+from .jax_attrs import AttrError, from_attr
+from .primitives import find_primitive
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(
@@ -73,7 +73,11 @@ def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ..
         return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
     avals = [jax_core.ShapedArray(v.type.shape, v.type.dtype) for v in op.operands]
     try:
-        out, _ = prim.abstract_eval(*avals, **bind_params(op, avals))
+        params = bind_params(op, avals)
+    except AttrError as e:
+        return str(e)
+    try:
+        out, _ = prim.abstract_eval(*avals, **params)
     except Exception as e:  # noqa: BLE001 - whatever the primitive's checks raise, about the input
         text = str(e).strip().splitlines()
         operands = ", ".join(str(v.type.with_locality(None).with_sharding(None)) for v in op.operands)
@@ -111,20 +115,31 @@ DERIVED_PARAMS: dict[str, Callable[[list], dict]] = _scatter_combiners()
 
 
 def bind_params(op: Operation, args: list) -> dict:
-    """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
+    """The JAX parameters of op's primitive, as its equation in a jaxpr holds them: its
+    attributes as JAX objects (`jax_attrs.from_attr`) plus derived ones; AttrError when an
+    attribute names something this process does not know."""
     prim = lookup(op.name).primitive
     derive = DERIVED_PARAMS.get(prim.name)
-    params = {**op.attrs, **derive(args)} if derive else op.attrs
-    if any(isinstance(v, Splat) for v in params.values()):
-        params = {k: v.materialize() if isinstance(v, Splat) else v for k, v in params.items()}
-    return params
+    params = {}
+    for k, v in op.attrs.items():
+        try:
+            params[k] = from_attr(v)
+        except AttrError as e:
+            raise AttrError(f"attribute `{k}`: {e}") from None
+    return {**params, **derive(args)} if derive else params
+
+
+def bind(op: Operation, args: list):
+    """Bind op's primitive on `args` as `jax.core.eval_jaxpr` re-binds an equation (a call-like
+    primitive gets its sub-program back as a function: `get_bind_params`)."""
+    prim = lookup(op.name).primitive
+    return prim.bind(*args, **prim.get_bind_params(bind_params(op, args)))
 
 
 def generic_lowering(op: Operation, args: list, ctx) -> list:
     """Re-bind the JAX primitive with the op's attributes as its parameters."""
-    prim = lookup(op.name).primitive
-    out = prim.bind(*args, **bind_params(op, args))
-    return list(out) if prim.multiple_results else [out]
+    out = bind(op, args)
+    return list(out) if lookup(op.name).primitive.multiple_results else [out]
 
 
 def generic_reference(op: Operation, args: list[list], ctx) -> list[list]:
@@ -132,8 +147,7 @@ def generic_reference(op: Operation, args: list[list], ctx) -> list[list]:
     prim = lookup(op.name).primitive
     per_replica = []
     for r in range(ctx.num_replicas):
-        mine = [x[r] for x in args]
-        per_replica.append(prim.bind(*mine, **bind_params(op, mine)))
+        per_replica.append(bind(op, [x[r] for x in args]))
     if prim.multiple_results:
         return [[per_replica[r][k] for r in range(ctx.num_replicas)] for k in range(len(op.results))]
     return [per_replica]

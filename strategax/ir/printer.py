@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
 from .attributes import format_attr, format_string
-
-if TYPE_CHECKING:  # annotations only: ops.Module.__str__ imports this module
-    from .ops import Block, Func, Module, Operation
-    from .values import Value
+from .ops import Block, Func, Module, Operation, set_printer
+from .values import Value
 
 _NAME_OK = re.compile(r"[A-Za-z0-9_.]+\Z")
 
@@ -109,3 +105,6 @@ def print_module(m: Module, op_lines: dict[int, int] | None = None) -> str:
         p.func(f, "  ")
     p.lines.append("}")
     return "\n".join(p.lines) + "\n"
+
+
+set_printer(print_module)
