@@ -152,10 +152,14 @@ def _dtype_of(value: Any) -> np.dtype | None:
 
 
 def _describe(value: Any) -> str:
-    """A name for a held object: a function's qualified name, else its type's."""
-    name = getattr(value, "__qualname__", None)
-    if not isinstance(name, str):
-        name = type(value).__qualname__
+    """A name for a held object: a jaxpr's text on one line, a function's qualified name, else
+    its type's."""
+    if isinstance(value, (jex_core.ClosedJaxpr, jex_core.Jaxpr)):
+        name = " ".join(str(value).split())
+    else:
+        name = getattr(value, "__qualname__", None)
+        if not isinstance(name, str):
+            name = type(value).__qualname__
     return "".join(ch if ch.isprintable() else "?" for ch in name)
 
 
@@ -285,6 +289,23 @@ def _single_device_build(f: dict) -> SingleDeviceSharding:
     return SingleDeviceSharding(f["device"], memory_kind=f.get("memory_kind"))
 
 
+def _flat_trees() -> None:
+    """JAX 0.11's flat trees (scan's `ft_in` and `ft_out`: its operands' and results' layout),
+    where this JAX has them: each case is a record of its constructor's arguments."""
+    try:
+        from jax._src import flattree as ft
+        from jax._src.util import Either
+    except ImportError:  # JAX 0.10: scan says num_consts and num_carry instead
+        return
+    record_type(ft.FTTuple, lambda t: [("elts", tuple(t.elts))], lambda f: ft.FTTuple(*f["elts"]))
+    record_type(ft.FTDict, lambda t: [("keys", tuple(t.keys)), ("vals", tuple(t._vals))],
+                lambda f: ft.FTDict(f["keys"], f["vals"]))
+    record_type(ft.FTPyTree, lambda t: [("xs", tuple(t.xs)), ("tree", t.tree)], lambda f: ft.FTPyTree(f["xs"], f["tree"]))
+    for case in (ft.FTSingleton, ft.FTStatic, ft.FTFiltered):
+        record_type(case, lambda t: [("val", t.val)], lambda f, case=case: case(f["val"]))
+    record_type(Either)
+
+
 def _known() -> None:
     """The classes every process knows: JAX's enums and records that jaxprs carry."""
     for cls in (lax.Precision, lax.GatherScatterMode, lax.RoundingMethod, lax.FftType,
@@ -301,6 +322,7 @@ def _known() -> None:
     record_type(AbstractDevice)
     record_type(Device, _device_fields, _device_build)
     constant("PartitionSpec", "UNCONSTRAINED", PartitionSpec.UNCONSTRAINED)
+    _flat_trees()
 
 
 _known()

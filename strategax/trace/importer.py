@@ -11,7 +11,7 @@ from jax._src import source_info_util
 from jax.extend import core as jex
 
 from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive, to_attr
-from ..dialects.control_flow import region_writes
+from ..dialects.control_flow import region_writes, scan_layout
 from ..errors import StrategaxError
 from ..ir import Block, Func, Location, Operation, TensorType, Value
 from .keys import is_key, key_data, physical_aval, physical_rule
@@ -156,6 +156,8 @@ class _Importer:
                 regions.extend(self.region(s) for s in subs)
             else:  # every parameter has an attribute (what has no text form is held)
                 attrs[key] = to_attr(val)
+        if name == "scan":
+            attrs.update(scan_layout(eqn.params))
         writes = region_writes(regions)
         if writes:  # the variables updated inside: the op's carried state
             attrs["writes"] = writes
