@@ -117,6 +117,7 @@ KIND_SAMPLES = {
     "splat": ir.Splat(np.float32(2.0), (1000, 1000)), "enum": ir.EnumAttr("Precision", "HIGH"),
     "record": ir.Record("my.pkg.Thing", [("a", 1), ("b", ir.Record("Inner", []))]),
     "primitive": ir.PrimitiveRef("ge"), "held": ir.Held(print, "print"),
+    "jaxpr": parse_attr("#jaxpr<{^(%a: f32[2]):\n  %b = jax.neg %a : f32[2]\n  yield %b}>"),
 }
 
 
@@ -131,6 +132,8 @@ def test_every_attribute_kind_prints_and_parses_back(kind):
     assert ir.format_attr(back) == text
     if isinstance(value, np.ndarray):
         np.testing.assert_array_equal(back, value)
+    elif isinstance(value, ir.Subprogram):  # a block of ops: equal by identity, so by its text
+        assert type(back) is ir.Subprogram and [op.name for op in back.block.ops] == ["jax.neg"]
     else:
         assert back == value and type(back) is type(value)
 
@@ -172,6 +175,25 @@ def test_callbacks_and_a_jaxpr_parameter_trace_lower_and_run():
         ey, er = jax.jit(replica_fn)(xi)
         np.testing.assert_allclose(yi, ey, rtol=1e-6)
         np.testing.assert_array_equal(ri, er)
+
+
+def test_jaxpr_parameters_are_sub_programs_that_print_parse_and_lower():
+    # Intent: custom_linear_solve's four jaxprs are `#jaxpr<{...}>` attributes, blocks of ops
+    # with a text that reads back; the solve equals one-device JAX on every replica.
+    s = strategy()
+
+    def replica_fn(b):
+        diag = jnp.array([2.0, 3.0, 4.0])
+        return lax.custom_linear_solve(lambda x: diag * x, b, lambda mv, y: y / diag, symmetric=True)
+
+    bs = [np.array([1.0, i, -2.0], np.float32) for i in range(N)]
+    f = s.function(lambda b: s.run(replica_fn, args=(b,)))
+    b = per_replica(s, bs)
+    for got, bi in zip(s.experimental_local_results(f(b)), bs):
+        np.testing.assert_allclose(got, jax.jit(replica_fn)(bi), rtol=1e-6)
+    text = f.ir(b)
+    assert text.count("#jaxpr<{") == 4 and "#held" not in text
+    assert ir.print_module(ir.parse(text)) == text
 
 
 # --- a primitive of a newer JAX: a new name, a parameter of a class no JAX knows -------------

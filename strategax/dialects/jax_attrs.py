@@ -2,8 +2,9 @@
 
 `to_attr` (the importer's) turns a parameter into plain IR data: enums into `EnumAttr`, JAX's
 records (dimension numbers, shardings, meshes, partition specs, devices) and any dataclass or
-named tuple into `Record`, primitives into `PrimitiveRef`, and whatever has no text form (a
-callback, an object of a class nobody can rebuild from fields) into `Held`; it never fails.
+named tuple into `Record`, primitives into `PrimitiveRef`, jaxprs into `Subprogram` (the
+importer imports them), and whatever has no text form (a callback, an object of a class nobody
+can rebuild from fields) into `Held`; it never fails.
 `from_attr` (what lowering and abstract evaluation bind with) rebuilds the JAX object. Each
 JAX class that needs more than "its fields by name" has its two directions side by side below.
 
@@ -25,7 +26,7 @@ from jax import Device
 from jax.sharding import (AbstractDevice, AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec,
                           SingleDeviceSharding)
 
-from ..ir import EnumAttr, Held, PrimitiveRef, Record, Splat, SymbolRef
+from ..ir import EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef
 from ..ir.types import DTYPE_NAMES
 from .primitives import find_primitive, register_primitive
 
@@ -96,18 +97,22 @@ def constant(type_name: str, member: str, value: Any) -> None:
 
 # --- JAX parameter -> attribute -------------------------------------------------------------
 _PLAIN = (type(None), bool, int, float, str)
-_IR_DATA = (SymbolRef, EnumAttr, PrimitiveRef, Record, Held, Splat)  # already attributes (strategax's own params)
+_IR_DATA = (SymbolRef, EnumAttr, PrimitiveRef, Record, Held, Splat, Subprogram)  # already attributes (strategax's own params)
 
 
-def to_attr(value: Any) -> Any:
-    """The IR attribute for a JAX parameter value; never raises (no text form: `Held`)."""
+def to_attr(value: Any, jaxpr: Callable[[Any], Any] | None = None) -> Any:
+    """The IR attribute for a JAX parameter value; never raises (no text form: `Held`).
+    `jaxpr` turns a ClosedJaxpr into an attribute (the importer's `Subprogram`); without it,
+    a jaxpr is held."""
     t = type(value)
     if t in _PLAIN or t in _IR_DATA:
         return value
     if t is tuple:
-        return tuple(to_attr(v) for v in value)
+        return tuple(to_attr(v, jaxpr) for v in value)
     if t is list:
-        return [to_attr(v) for v in value]
+        return [to_attr(v, jaxpr) for v in value]
+    if jaxpr is not None and isinstance(value, jex_core.ClosedJaxpr):
+        return jaxpr(value)
     if isinstance(value, np.bool_):
         return bool(value)
     if isinstance(value, np.integer):
@@ -132,7 +137,7 @@ def to_attr(value: Any) -> Any:
               dataclasses.is_dataclass(t) and all(f.init for f in dataclasses.fields(t))):
             rt = record_type(t)  # rebuilt by calling the class with its fields by name
     if rt is not None:
-        return Record(rt.name, [(k, to_attr(v)) for k, v in rt.fields(value)])
+        return Record(rt.name, [(k, to_attr(v, jaxpr)) for k, v in rt.fields(value)])
     if isinstance(value, (np.ndarray, Splat)) and value.dtype in DTYPE_NAMES:
         return value
     dtype = _dtype_of(value)
@@ -164,23 +169,29 @@ def _describe(value: Any) -> str:
 
 
 # --- attribute -> JAX parameter -------------------------------------------------------------
-def from_attr(value: Any) -> Any:
-    """The JAX parameter an attribute stands for; AttrError for a name this process lacks."""
+def from_attr(value: Any, jaxpr: Callable[[Subprogram], Any] | None = None) -> Any:
+    """The JAX parameter an attribute stands for; AttrError for a name this process lacks.
+    `jaxpr` turns a `Subprogram` back into a ClosedJaxpr (`jax_ops.subprogram_jaxpr`)."""
     t = type(value)
     if t in _PLAIN or t is np.ndarray or isinstance(value, np.dtype):
         return value
     if t is tuple:
-        return tuple(from_attr(v) for v in value)
+        return tuple(from_attr(v, jaxpr) for v in value)
     if t is list:
-        return [from_attr(v) for v in value]
+        return [from_attr(v, jaxpr) for v in value]
+    if t is Subprogram:
+        if jaxpr is None:
+            raise AttrError("a sub-program is rebuilt only when its op is bound")
+        return jaxpr(value)
     if t is Record:
         rt = _RECORDS.get(value.type_name)
         if rt is None:
             raise AttrError(f"#{value.type_name}{{...}} names a record type this process does not know "
                             f"(known: {', '.join(sorted(_RECORDS))})")
+        fields = {k: from_attr(v, jaxpr) for k, v in value.fields}
         try:
-            return rt.build({k: from_attr(v) for k, v in value.fields})
-        except (TypeError, ValueError, KeyError) as e:
+            return rt.build(fields)
+        except Exception as e:  # noqa: BLE001 - the fields come from text: whatever the class says of them
             raise AttrError(f"cannot build #{value.type_name} from its fields: {type(e).__name__}: {e}") from None
     if t is EnumAttr:
         key = (value.type_name, value.member)
@@ -306,6 +317,15 @@ def _flat_trees() -> None:
     record_type(Either)
 
 
+def _private_records() -> None:
+    """Records JAX builds from private named tuples (custom_linear_solve's four jaxprs)."""
+    try:
+        from jax._src.lax.control_flow.solves import _LinearSolveTuple
+    except ImportError:
+        return
+    record_type(_LinearSolveTuple)
+
+
 def _known() -> None:
     """The classes every process knows: JAX's enums and records that jaxprs carry."""
     for cls in (lax.Precision, lax.GatherScatterMode, lax.RoundingMethod, lax.FftType,
@@ -323,6 +343,7 @@ def _known() -> None:
     record_type(Device, _device_fields, _device_build)
     constant("PartitionSpec", "UNCONSTRAINED", PartitionSpec.UNCONSTRAINED)
     _flat_trees()
+    _private_records()
 
 
 _known()

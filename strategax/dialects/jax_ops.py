@@ -5,12 +5,13 @@ parameters; the reference interpreter does the same on each replica's values.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
 import numpy as np
 from jax import core as jax_core
 
-from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
+from ..ir import OpDef, Operation, Splat, Subprogram, add_resolver, dense_array, dtype_name, lookup
 from .jax_attrs import AttrError, from_attr
 from .primitives import find_primitive
 
@@ -123,10 +124,43 @@ def bind_params(op: Operation, args: list) -> dict:
     params = {}
     for k, v in op.attrs.items():
         try:
-            params[k] = from_attr(v)
+            params[k] = from_attr(v, subprogram_jaxpr)
         except AttrError as e:
             raise AttrError(f"attribute `{k}`: {e}") from None
     return {**params, **derive(args)} if derive else params
+
+
+_REBUILT: "weakref.WeakKeyDictionary[Subprogram, object]" = weakref.WeakKeyDictionary()
+
+
+def subprogram_jaxpr(sub: Subprogram):
+    """The ClosedJaxpr a `Subprogram` attribute stands for: its block traced by JAX, each op
+    re-bound (the importer makes sub-programs of generic ops and constants only)."""
+    closed = _REBUILT.get(sub)
+    if closed is None:
+        import jax
+
+        def run(*xs):
+            env = {id(a): x for a, x in zip(sub.block.args, xs)}
+            for op in sub.block.ops:
+                if op.name == "sx.constant":
+                    outs = [dense_array(op.attrs["value"])]
+                elif op.name.startswith("jax.") and not op.regions:
+                    outs = generic_lowering(op, [env[id(v)] for v in op.operands], None)
+                else:
+                    raise AttrError(f"a sub-program holds `{op.name}`; only generic ops and constants rebuild")
+                env.update((id(r), o) for r, o in zip(op.results, outs))
+            return [env[id(v)] for v in sub.block.results]
+
+        structs = [jax.ShapeDtypeStruct(a.type.shape, a.type.dtype) for a in sub.block.args]
+        try:
+            closed = jax.make_jaxpr(run)(*structs)
+        except AttrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the block may come from text: whatever JAX says of it
+            raise AttrError(f"the sub-program does not trace: {type(e).__name__}: {e}") from None
+        _REBUILT[sub] = closed
+    return closed
 
 
 def bind(op: Operation, args: list):

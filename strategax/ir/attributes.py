@@ -2,10 +2,10 @@
 functions side by side, and the table (`KINDS`) that the printer and the parser dispatch on.
 
 Every kind is plain data that knows no JAX: numbers, strings, symbols, dtypes, tuples, lists,
-dense arrays, and three named forms for what a framework puts in its parameters: an enum
-member `#Precision.HIGHEST`, a record `#GatherDimensionNumbers{offset_dims = (0,), ...}` (a
-sharding, a mesh, a partition spec, a dataclass: fields by name), and a primitive by name
-`#primitive<"ge">`. Which framework object each one stands for is the dialects' business
+dense arrays, and four forms for what a framework puts in its parameters: an enum member
+`#Precision.HIGHEST`, a record `#GatherDimensionNumbers{offset_dims = (0,), ...}` (a sharding,
+a mesh, a partition spec, a dataclass: fields by name), a primitive by name `#primitive<"ge">`,
+and a sub-program `#jaxpr<{^(%a: f32[]): ... yield %b}>` (a block of ops). Which framework object each one stands for is the dialects' business
 (`strategax.dialects.jax_attrs`); the parser rebuilds data only, and never runs code.
 
 What has no text (a Python callback) is `Held` by reference and prints as a placeholder that
@@ -26,7 +26,8 @@ import numpy as np
 from .lexer import INT
 from .types import DTYPE_NAMES, DTYPES, TensorType, dtype_name
 
-if TYPE_CHECKING:  # annotations only: the reader imports this module
+if TYPE_CHECKING:  # annotations only: the reader imports this module, the printer registers itself
+    from .ops import Block
     from .reader import Reader
 
 
@@ -87,17 +88,29 @@ class Record:
     def __getitem__(self, index):
         return tuple(self)[index]
 
+    def _key(self) -> tuple:
+        return (self.type_name, _data_key(self.fields))
+
     def __eq__(self, other) -> bool:
-        return isinstance(other, Record) and (self.type_name, self.fields) == (other.type_name, other.fields)
+        return isinstance(other, Record) and self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.type_name, self.fields))
+        return hash(self._key())
 
     def __reduce__(self):
         return Record, (self.type_name, self.fields)
 
     def __repr__(self) -> str:
         return f"Record({self.type_name!r}, {self.fields!r})"
+
+
+def _data_key(value: Any) -> Any:
+    """`value` with its arrays as (dtype, shape, bytes): comparable and hashable by content."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_data_key(v) for v in value))
+    if isinstance(value, np.ndarray):
+        return ("dense", value.dtype.str, value.shape, value.tobytes())
+    return value
 
 
 class Held:
@@ -133,6 +146,20 @@ class Held:
 
     def __repr__(self) -> str:
         return f"Held({self.name!r})"
+
+
+class Subprogram:
+    """A program a parameter holds (a jaxpr that is neither a call nor a region of its op: the
+    matvec of `custom_linear_solve`): a closed block of ops, `#jaxpr<{^(%a: f32[3]): ... yield
+    %b}>`. Passes do not look inside; two are equal when they are the same object."""
+
+    __slots__ = ("block", "__weakref__")
+
+    def __init__(self, block: "Block"):
+        self.block = block
+
+    def __repr__(self) -> str:
+        return f"Subprogram({len(self.block.args)} args, {len(self.block.ops)} ops)"
 
 
 class Splat:
@@ -432,7 +459,10 @@ def parse_named(r: "Reader", text: str, pos: int) -> EnumAttr | Record:
     may be qualified (`#my.module.Thing{...}`), so what follows the name tells which."""
     name = text[1:]
     if r.peek("{"):
-        return Record(name, r.parse_attr_dict().items())
+        r.enter()
+        fields = r.parse_attr_dict().items()
+        r.leave()
+        return Record(name, fields)
     type_name, _, member = name.rpartition(".")
     if not type_name or not member:
         raise r.error(f"expected `#Type.MEMBER` or `#Type{{...}}`, found {text}", pos)
@@ -471,6 +501,32 @@ def _quoted_name(r: "Reader", what: str) -> str:
     return r.string(text, spos)
 
 
+# --- sub-programs: `#jaxpr<{^(%a: T): ops yield %r}>` -----------------------------------------
+def _no_block_printer(block: "Block") -> str:
+    raise RuntimeError("import strategax.ir to print a sub-program")
+
+
+_block_text: Callable[["Block"], str] = _no_block_printer
+
+
+def set_block_printer(print_block: Callable[["Block"], str]) -> None:
+    """Give sub-program attributes their printer (`printer.py` registers it: it imports this
+    module, so this module does not import it)."""
+    global _block_text
+    _block_text = print_block
+
+
+def print_subprogram(value: Subprogram) -> str:
+    return f"#jaxpr<{_block_text(value.block)}>"
+
+
+def parse_subprogram(r: "Reader", text: str, pos: int) -> Subprogram:
+    r.expect("<")
+    block = r.parse_region()
+    r.expect(">")
+    return Subprogram(block)
+
+
 # --- the table ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Kind:
@@ -500,6 +556,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("record", (Record,), (("hash", None),), print_record, parse_named),
     Kind("primitive", (PrimitiveRef,), (("hash", "#primitive"),), print_primitive, parse_primitive),
     Kind("held", (Held,), (("hash", "#held"),), print_held, parse_held),
+    Kind("jaxpr", (Subprogram,), (("hash", "#jaxpr"),), print_subprogram, parse_subprogram),
 )
 _PRINTERS: dict[type, Callable[[Any], str]] = {t: k.print for k in KINDS for t in k.types}
 PARSERS: dict[tuple[str, str | None], Callable] = {s: k.parse for k in KINDS for s in k.starts if k.parse}

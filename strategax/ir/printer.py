@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from .attributes import format_attr, format_string
+from .attributes import format_attr, format_string, set_block_printer
 from .ops import Block, Func, Module, Operation, set_printer
 from .values import Value
 
@@ -107,4 +107,16 @@ def print_module(m: Module, op_lines: dict[int, int] | None = None) -> str:
     return "\n".join(p.lines) + "\n"
 
 
+def print_block(block: Block) -> str:
+    """`{^(%a: T): ops yield %r}`, names of its own: a sub-program attribute's text."""
+    p = _Printer()
+    p.lines.append(f"{{^({p.block_header(block)}):")
+    for op in block.ops:
+        p.op(op, "  ")
+    yielded = ", ".join(p.names.use(v) for v in block.results)
+    p.lines.append("  yield" + (" " + yielded if yielded else "") + "}")
+    return "\n".join(p.lines)
+
+
 set_printer(print_module)
+set_block_printer(print_block)

@@ -163,6 +163,10 @@ class Reader:
         self.expect("{")
         return tuple(self.comma_list("}", lambda: self.expect(kind="ident")[1]))
 
+    def parse_region(self):
+        """A block of ops (a sub-program attribute): `parser.Parser` reads them."""
+        raise self.error("a sub-program is read only as part of a module")
+
     # --- attributes --------------------------------------------------------------------------
     def parse_attr(self) -> Any:
         """One attribute value, read by the kind its first token starts (`attributes.KINDS`)."""

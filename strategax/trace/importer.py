@@ -13,7 +13,7 @@ from jax.extend import core as jex
 from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive, to_attr
 from ..dialects.control_flow import region_writes, scan_layout
 from ..errors import StrategaxError
-from ..ir import Block, Func, Location, Operation, TensorType, Value
+from ..ir import Block, Func, Held, Location, Operation, Subprogram, TensorType, Value
 from .keys import is_key, key_data, physical_aval, physical_rule
 
 # An op's location is the first frame outside strategax, JAX and installed libraries (optax...),
@@ -155,7 +155,7 @@ class _Importer:
                 subs = val if isinstance(val, (tuple, list)) else (val,)
                 regions.extend(self.region(s) for s in subs)
             else:  # every parameter has an attribute (what has no text form is held)
-                attrs[key] = to_attr(val)
+                attrs[key] = to_attr(val, self.subprogram)
         if name == "scan":
             attrs.update(scan_layout(eqn.params))
         writes = region_writes(regions)
@@ -167,6 +167,18 @@ class _Importer:
             if not isinstance(var, jex.DropVar):
                 env[var] = v
 
+
+    def subprogram(self, closed) -> Subprogram | Held:
+        """A jaxpr parameter as a `Subprogram` when its ops are generic ops and constants (so
+        `dialects.jax_ops.subprogram_jaxpr` rebuilds it), else held as it is."""
+        try:
+            block = self.region(closed)
+        except ImportError_:
+            block = None
+        if block is None or any(not (op.name == "sx.constant" or op.name.startswith("jax.") and not op.regions)
+                                for op in block.ops):
+            return to_attr(closed)
+        return Subprogram(block)
 
     def physical(self, env, eqn, rule, args: list[Value]) -> None:
         """Import `rule` (the equation on key data) in place of the equation, at its line."""
