@@ -8,6 +8,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable
 
+import jax
 import numpy as np
 from jax import core as jax_core
 
@@ -138,8 +139,6 @@ def subprogram_jaxpr(sub: Subprogram):
     re-bound (the importer makes sub-programs of generic ops and constants only)."""
     closed = _REBUILT.get(sub)
     if closed is None:
-        import jax
-
         def run(*xs):
             env = {id(a): x for a, x in zip(sub.block.args, xs)}
             for op in sub.block.ops:

@@ -1,8 +1,9 @@
 """Text to IR: the exact inverse of the printer.
 
 A recursive-descent parser over the tokens of `lexer`; `reader.Reader` reads the types and the
-attributes (plain data, by the kinds in `attributes`); nothing is evaluated. Every problem, syntax or meaning, raises
-`ParseError` (a ValueError) carrying the line and column and a caret under the spot.
+attributes (plain data, by the kinds in `attributes`); nothing is evaluated. Every problem,
+syntax or meaning, raises `ParseError` (a ValueError) carrying the line and column and a caret
+under the spot.
 """
 from __future__ import annotations
 
