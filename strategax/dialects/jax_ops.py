@@ -75,11 +75,9 @@ def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ..
         return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
     avals = [jax_core.ShapedArray(v.type.shape, v.type.dtype) for v in op.operands]
     try:
-        params = bind_params(op, avals)
-    except AttrError as e:
+        out, _ = prim.abstract_eval(*avals, **bind_params(op, avals))
+    except AttrError as e:  # an attribute names what this process does not know
         return str(e)
-    try:
-        out, _ = prim.abstract_eval(*avals, **params)
     except Exception as e:  # noqa: BLE001 - whatever the primitive's checks raise, about the input
         text = str(e).strip().splitlines()
         operands = ", ".join(str(v.type.with_locality(None).with_sharding(None)) for v in op.operands)
