@@ -565,11 +565,12 @@ PARSERS: dict[tuple[str, str | None], Callable] = {s: k.parse for k in KINDS for
 def format_attr(value: Any) -> str:
     """The text of one attribute value; `Reader.parse_attr` reads it back."""
     printer = _PRINTERS.get(type(value))
-    if printer is None:  # a subclass: NumPy's dtype classes, an ndarray subclass
+    if printer is None:  # a subclass (NumPy's dtype classes): found once, then remembered
         printer = next((k.print for k in KINDS for t in k.types
                         if isinstance(value, t) and not isinstance(value, (np.generic, bool))), None)
         if printer is None:
             raise TypeError(f"not an attribute value: {value!r}")
+        _PRINTERS[type(value)] = printer
     return printer(value)
 
 
