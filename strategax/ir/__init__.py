@@ -5,8 +5,8 @@ from .attr_spec import Attr, Enum, Flag, Int, Str
 from .attributes import (KINDS, EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef, dense_array,
                          format_attr)
 from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
-                     add_resolver, declare, has_collective, has_effects, is_collective, is_pure,
-                     lookup, op_effects, writes)
+                     UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
+                     is_collective, is_pure, lookup, op_effects, writes)
 from .ops import Block, Func, Location, Module, Operation, VarDecl
 from .parser import ParseError, parse
 from .printer import print_module
@@ -18,8 +18,9 @@ from .verifier import VerifyError, verify
 __all__ = [
     "Attr", "Block", "DTYPES", "Enum", "EnumAttr", "Flag", "Held", "KINDS", "PrimitiveRef", "Record", "Func", "Int", "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
-    "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TensorType", "VAR_ATTRS", "Value", "VarDecl",
-    "VerifyError", "WRITES_VARIABLE", "add_resolver", "declare", "dense_array", "dtype_name", "format_attr", "has_collective",
+    "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS",
+    "Value", "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array",
+    "dtype_name", "format_attr", "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
     "verify", "writes",
 ]
