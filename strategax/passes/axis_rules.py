@@ -21,7 +21,7 @@ from math import prod
 
 from jax._src.interpreters import batching
 
-from ..dialects.jax_ops import find_primitive
+from ..dialects import find_primitive
 from ..ir import Operation, Value
 
 Axis = tuple[Value, int]
