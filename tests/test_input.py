@@ -319,7 +319,7 @@ def test_breaking_out_of_the_loop_stops_the_prefetch_thread():
 
     before = set(prefetchers())
     endless = (np.full((4,), float(i), np.float32) for i in range(10**9))
-    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):
+    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):  # noqa: B007  checked after the loop
         if i == 0:
             started = set(prefetchers()) - before
         if i == 2:

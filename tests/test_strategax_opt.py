@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from strategax import ir
-from strategax.ir import Module, Operation
-from strategax.passes import PASSES, PassFailure
+from strategax.ir import Module
+from strategax.passes import PASSES
 from strategax.tools import strategax_opt
 
 from passes.sxir_cases import all_cases  # tests/ is on sys.path (rootdir conftest)
@@ -150,7 +150,7 @@ def malformed(draw) -> str:
         return text[:at] + draw(st.sampled_from(BAD_CHARS)) + text[at:]
     if how == "duplicate-line":  # a value (or symbol) defined twice
         lines = text.splitlines(keepends=True)
-        k = draw(st.sampled_from([i for i, l in enumerate(lines) if _DEFINES.match(l)]))
+        k = draw(st.sampled_from([i for i, line in enumerate(lines) if _DEFINES.match(line)]))
         return "".join(lines[:k + 1] + [lines[k]] + lines[k + 1:])
     return "x" + draw(st.text(max_size=60))  # not a module at all
 

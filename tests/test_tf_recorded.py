@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_tensor, tensor
+from conftest import assert_tensor
 
 import strategax as sx
 

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_names_this_line, assert_tensor, here, tensor
+from conftest import assert_names_this_line, assert_tensor, here
 
 import strategax as sx
 

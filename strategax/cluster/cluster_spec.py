@@ -97,5 +97,7 @@ class ClusterSpec:
     def __eq__(self, other) -> bool:
         return isinstance(other, ClusterSpec) and self._jobs == other._jobs
 
+    __hash__ = None  # compared by value, hence unhashable, like tf.train.ClusterSpec
+
     def __repr__(self) -> str:
         return f"ClusterSpec({self.as_dict()!r})"

@@ -9,10 +9,10 @@ from typing import Callable
 
 import numpy as np
 from jax import core as jax_core
-from jax.extend import core as jex_core
 
 from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
-from ..ir.attributes import find_primitive, register_primitive
+from ..ir.attributes import find_primitive
+from ..ir.attributes import register_primitive as register_primitive  # re-exported: dialects register here
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(

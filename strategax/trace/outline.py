@@ -22,6 +22,7 @@ for a body that takes batches, a take or loop inside a JAX transformation.
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -71,7 +72,7 @@ def _bind(eqn, invals: Sequence) -> list:
 def _same_value(a, b) -> bool:
     if a is b:
         return True
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True  # nan (a gather's fill value)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, jax.Array):
         a, b = np.asarray(a), np.asarray(b)

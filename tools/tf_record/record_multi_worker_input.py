@@ -138,7 +138,7 @@ def split_w2(_tf, _n):
             except subprocess.TimeoutExpired:
                 for q in procs:
                     q.kill()
-                raise RuntimeError("a TensorFlow worker did not finish within %d s" % WORKER_TIMEOUT)
+                raise RuntimeError("a TensorFlow worker did not finish within %d s" % WORKER_TIMEOUT) from None
         workers = []
         for i, out in enumerate(outs):
             if procs[i].returncode != 0 or not os.path.exists(out):

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
 from _common import (scenario, mirrored, enc, err, attempt, local, dv_rec,  # noqa: E402
-                     type_tree, main, run_child, setup)
+                     main, run_child, setup)
 
 SYNCS = ("AUTO", "ON_WRITE", "ON_READ")
 AGGS = ("NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA")
