@@ -53,7 +53,8 @@ def test_cli_reads_a_file_and_stdin_and_runs_passes(tmp_path):
 def test_cli_error_points_at_file_line_col_with_caret_and_no_traceback(tmp_path):
     # Intent: a malformed input prints FILE:LINE:COL: message, the line and a caret; exit 1.
     path = tmp_path / "bad.sxir"
-    path.write_text(GOOD.replace("jax.neg %x : f32[3] per_replica loc(\"train.py\":4)", "jax.neg %q : f32[3] per_replica"))
+    path.write_text(GOOD.replace("jax.neg %x : f32[3] per_replica loc(\"train.py\":4)",
+                                 "jax.neg %q : f32[3] per_replica"))
     result = run_cli(str(path), "-p", "cse")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -70,7 +71,8 @@ def test_cli_unknown_pass_exits_1_without_traceback():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("fuse-collectives{bytes_per_pack=abc}", "pass 'fuse-collectives': option 'bytes_per_pack' takes int values, not 'abc'"),
+    ("fuse-collectives{bytes_per_pack=abc}",
+     "pass 'fuse-collectives': option 'bytes_per_pack' takes int values, not 'abc'"),
     ("fuse-collectives{bytes_per_pack=1.5}", "option 'bytes_per_pack' takes int values, not '1.5'"),
     ("fuse-collectives{bytes=4}", "pass 'fuse-collectives' has no option 'bytes'; its options: bytes_per_pack"),
     ("cse{anything=1}", "pass 'cse' has no option 'anything'; its options: none"),

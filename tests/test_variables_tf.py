@@ -128,8 +128,9 @@ def test_update_in_cross_replica_context(sync, agg, n):
                 assert_values(var, rec["before"]["values"])  # unchanged (TF's eager path is not atomic)
                 continue
             got = call()
-        np.testing.assert_allclose(np.asarray(got), tensor(rec["returned"]["value"]) if "dtype" in rec["returned"]["value"]
-                                   else tensor(rec["returned"]["value"]["values"][0]), rtol=1e-6, err_msg=key)
+        returned = rec["returned"]["value"]
+        want = tensor(returned) if "dtype" in returned else tensor(returned["values"][0])
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, err_msg=key)
         assert_values(var, rec["after"]["values"])
         assert_read(var, rec["after"]["read_value"])
         assert_read(var, rec["after"]["convert_to_tensor"])

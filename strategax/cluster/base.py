@@ -41,7 +41,8 @@ class ClusterResolver:
         rules: at most one chief; the jobs' task indices run 0..n-1 without gaps)."""
         spec = self.cluster_spec()
         if spec.num_tasks("chief") > 1:
-            raise ClusterConfigError(f"the cluster has {spec.num_tasks('chief')} \"chief\" tasks; there must be at most one",
+            raise ClusterConfigError(f"the cluster has {spec.num_tasks('chief')} \"chief\" tasks; "
+                                     "there must be at most one",
                                      'list one chief, and the other tasks under "worker"')
         for job in WORKER_JOBS:
             indices = spec.task_indices(job)

@@ -189,6 +189,7 @@ def join(peers: Peers, heartbeat_s: int, timeout: float = JOIN_TIMEOUT_S) -> Ser
         reason = f"could not join the coordination service at {peers.addresses[0]} ({str(e).splitlines()[0][:200]})"
         notify(peers, [i for i in peers.others if i > 0], reason, window=2.0)
         raise ClusterStartError(f"strategax: {peers.describe(peers.index)} {reason}",
-                                "check that every worker runs and that worker 0's port is free; restart the job") from None
+                                "check that every worker runs and that worker 0's port is free; "
+                                "restart the job") from None
     handler.phase = "running"
     return server

@@ -170,7 +170,8 @@ def compressible(op: str, dtype) -> bool:
 # --- sx.convert: a collective's payload in another float type (compress-collectives) -------
 def _verify_convert(op: Operation) -> str | None:
     src, dst = op.operands[0].type, op.results[0].type
-    if src.shape != dst.shape or not (jnp.issubdtype(src.dtype, jnp.floating) and jnp.issubdtype(dst.dtype, jnp.floating)):
+    floats = jnp.issubdtype(src.dtype, jnp.floating) and jnp.issubdtype(dst.dtype, jnp.floating)
+    if src.shape != dst.shape or not floats:
         return f"sx.convert changes a float type only, not {src} to {dst}"
     return None
 

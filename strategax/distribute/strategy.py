@@ -246,8 +246,8 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
-                             "reduce")
+            fn = self._eager(("reduce", op, axis),
+                             lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True), "reduce")
             padding.check_even(value, axis)
             if axis is None:
                 return padding.trim_reduced(value, fn(value))

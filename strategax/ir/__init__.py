@@ -18,7 +18,8 @@ __all__ = [
     "Attr", "Block", "DTYPES", "ENUMS", "Enum", "Flag", "Func", "Int", "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
     "RECORDS", "Sharding", "Splat", "Str", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS", "Value",
-    "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array", "dtype_name", "has_collective",
+    "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array", "dtype_name",
+    "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
     "verify", "writes",
 ]

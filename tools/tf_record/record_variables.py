@@ -144,7 +144,8 @@ for _sync in SYNCS:
                 "tf.Variable(init, synchronization=%s, aggregation=%s) in "
                 "MirroredStrategy.scope(), init 1.0 or [1.,2.]; in cross-replica context "
                 "(inside scope, outside run) assign(5.0 | [5.,50.]), assign_add(2.0 | [2.,20.]), "
-                "assign_sub(same), vector args as tf.constant, eagerly and in a tf.function; records the returned value, "
+                "assign_sub(same), vector args as tf.constant, eagerly and in a tf.function; "
+                "records the returned value, "
                 "component values and reads before/after." % (sync, agg))
             scenario("replica_%s_%s" % (sync.lower(), agg.lower()), devices=(2, 4))(rc)
             scenario("cross_%s_%s" % (sync.lower(), agg.lower()), devices=(2, 4))(cr)
