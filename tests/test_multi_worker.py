@@ -187,12 +187,12 @@ def test_simple_cluster_resolver():
 def test_malformed_tf_config_is_rejected_clearly(monkeypatch, config, words):
     set_tf_config(monkeypatch, config)
     with pytest.raises(ValueError) as err:
-        line = here(); sx.cluster_resolver.TFConfigClusterResolver()  # noqa: E702
+        line = here(); sx.cluster_resolver.TFConfigClusterResolver()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert words in str(err.value)
     assert isinstance(err.value, sx.cluster_resolver.ClusterConfigError)
     with pytest.raises(ValueError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
 
 
@@ -205,7 +205,7 @@ def test_sparse_task_keys_are_task_indices_not_text(monkeypatch):
     assert r.master() == "h:2" and r.cluster_spec().task_indices("worker") == [0, 2, 10]
     assert r.cluster_spec().as_dict() == {"worker": {0: "h:1", 2: "h:2", 10: "h:3"}}
     with pytest.raises(ValueError) as err:  # MultiWorkerMirroredStrategy numbers workers 0..n-1
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "task indices [0, 2, 10]" in str(err.value)
     set_tf_config(monkeypatch, {"cluster": {"worker": {"1": "h:2", "0": "h:1"}},
@@ -217,7 +217,7 @@ def test_sparse_task_keys_are_task_indices_not_text(monkeypatch):
 def test_ps_task_runs_no_replicas(monkeypatch):
     set_tf_config(monkeypatch, {"cluster": {"worker": ["a:1"], "ps": ["b:2"]}, "task": {"type": "ps", "index": 0}})
     with pytest.raises(ValueError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "does not take part" in str(err.value)
 
@@ -228,7 +228,7 @@ def test_joining_a_cluster_after_jax_started_is_refused(monkeypatch):
                                 "task": {"type": "worker", "index": 0}})
     jax.devices()
     with pytest.raises(RuntimeError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "before any other JAX call" in str(err.value)
 
