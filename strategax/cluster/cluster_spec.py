@@ -19,7 +19,7 @@ def _task_index(key, field: str) -> int:
                              'or list them: ["host:port", ...]')
 
 
-class ClusterSpec:
+class ClusterSpec:  # noqa: PLW1641  compared by value, hence unhashable, like tf.train.ClusterSpec
     """The tasks of a cluster by job name (`{"worker": ["host:port", ...], "chief": [...]}`, or
     TensorFlow's sparse form `{"worker": {0: "host:port", 3: "host:port"}}`)."""
 
@@ -96,8 +96,6 @@ class ClusterSpec:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ClusterSpec) and self._jobs == other._jobs
-
-    __hash__ = None  # compared by value, hence unhashable, like tf.train.ClusterSpec
 
     def __repr__(self) -> str:
         return f"ClusterSpec({self.as_dict()!r})"
