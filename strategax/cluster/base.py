@@ -50,7 +50,7 @@ class ClusterResolver:
                 raise ClusterConfigError(
                     f"job {job!r} has the task indices {indices}; MultiWorkerMirroredStrategy needs "
                     f"0 to {len(indices) - 1} without gaps", f"number the {job} tasks 0, 1, 2, ...")
-        return [a for job in WORKER_JOBS for a in spec.job_tasks(job)]
+        return [spec.task_address(job, i) for job in WORKER_JOBS for i in spec.task_indices(job)]
 
     def worker_tasks(self) -> list[tuple[str, int]]:
         """(task type, task index) of each of `worker_addresses()`."""

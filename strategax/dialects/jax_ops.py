@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 from jax import core as jax_core
 
-from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
+from ..ir import OpDef, Operation, Splat, add_resolver, declaration, dtype_name
 from ..ir.attributes import find_primitive
 from ..ir.attributes import register_primitive as register_primitive  # re-exported: dialects register here
 
@@ -67,7 +67,7 @@ _EVALUATED: dict[tuple, "tuple | str"] = {}
 
 
 def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ...] | str":
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     big = [k for k, v in op.attrs.items() if isinstance(v, Splat) and v.size > MAX_SPLAT_PARAM]
     if big:
         return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
@@ -112,7 +112,7 @@ DERIVED_PARAMS: dict[str, Callable[[list], dict]] = _scatter_combiners()
 
 def bind_params(op: Operation, args: list) -> dict:
     """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     derive = DERIVED_PARAMS.get(prim.name)
     params = {**op.attrs, **derive(args)} if derive else op.attrs
     if any(isinstance(v, Splat) for v in params.values()):
@@ -122,14 +122,14 @@ def bind_params(op: Operation, args: list) -> dict:
 
 def generic_lowering(op: Operation, args: list, ctx) -> list:
     """Re-bind the JAX primitive with the op's attributes as its parameters."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     out = prim.bind(*args, **bind_params(op, args))
     return list(out) if prim.multiple_results else [out]
 
 
 def generic_reference(op: Operation, args: list[list], ctx) -> list[list]:
     """The primitive bound on each replica's values in turn."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     per_replica = []
     for r in range(ctx.num_replicas):
         mine = [x[r] for x in args]
