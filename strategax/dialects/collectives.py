@@ -18,7 +18,7 @@ from jax.interpreters import ad, batching
 from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array
 from .effects import COLLECTIVE
-from .jax_ops import register_primitive
+from .primitives import register_primitive
 from .registry import LOWERINGS, REFERENCE
 
 REDUCE_OPS = ("sum", "mean", "max", "min")
