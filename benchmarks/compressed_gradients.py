@@ -43,7 +43,8 @@ def main() -> None:
 
     for what, name in (("payload_bytes", "tensor bytes"), ("bytes_moved", "bytes moved per replica per step")):
         b_plain, b_narrow = gradient_bytes(plain, what), gradient_bytes(narrow, what)
-        ratio = f"ratio {b_narrow / b_plain:.3f}  (target 0.5)" if b_plain else "(one replica: the program has no all-reduce)"
+        ratio = (f"ratio {b_narrow / b_plain:.3f}  (target 0.5)" if b_plain
+                 else "(one replica: the program has no all-reduce)")
         print(f"gradient all-reduce {name}: float32 {b_plain}   {args.dtype} {b_narrow}   {ratio}")
 
     state = {"plain": params0, "narrow": params0}
