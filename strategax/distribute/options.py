@@ -1,4 +1,5 @@
-"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and implemented, as in TensorFlow."""
+"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and
+implemented, as in TensorFlow."""
 from __future__ import annotations
 
 import enum

@@ -246,8 +246,8 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
-                             "reduce")
+            fn = self._eager(("reduce", op, axis),
+                             lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True), "reduce")
             padding.check_even(value, axis)
             if axis is None:
                 return padding.trim_reduced(value, fn(value))
@@ -378,7 +378,7 @@ class Strategy(LogicalDevicesMixin):
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
             check_values(v, "the result of value_fn")
-            per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
+            per_replica.append(jax.tree_util.tree_map(lambda x, d=device: jax.device_put(x, d), v))
         return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):

@@ -208,7 +208,8 @@ class _Block:
                      {"new_dtype": np.dtype(f.dtype), "weak_type": False, "sharding": None}, op.loc)
         if total != padded:
             c = Value(TensorType((), f.dtype, Locality.MIRRORED))
-            self.rw.insert_before(op, [Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)})])
+            self.rw.insert_before(
+                op, [Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)})])
             n = self.new(op, "jax.mul", [n, c], scalar, {"out_dtype": None}, op.loc)
         if minus is not None:
             n = self.new(op, "jax.sub", [n, minus], scalar, {}, op.loc)
