@@ -79,7 +79,7 @@ class _Rows:
         self.parent: dict[tuple[Value, int], tuple[Value, int]] = {}
         self.count: dict[tuple[Value, int], Value] = {}
 
-    def find(self, k):
+    def find(self, k: tuple[Value, int]) -> tuple[Value, int]:
         root = k
         while self.parent.get(root, root) != root:
             root = self.parent[root]
@@ -263,7 +263,8 @@ class _Block:
                 made = [j for j in range(len(b.result.type.shape)) if j not in b.attrs.get("broadcast_dimensions", ())]
                 rows = [j for j in made if self.rows.of(b.result, j) is not None]
                 if rows:
-                    count = self.counts.visible(self.block, self.rows.of(b.result, rows[0]))
+                    row_count = self.rows.of(b.result, rows[0])
+                    count = self.counts.visible(self.block, row_count) if row_count is not None else None
                     if count is None:
                         return None
                     padded = prod(b.result.type.shape[j] for j in rows)
