@@ -3,7 +3,8 @@
 A variable is stored at its path (`("params", "w1")`); an optimizer at path `o` stores
 `o + ("iterations",)` and each slot at `o + ("slots",) + <its variable's path> + <optax state
 path>`, e.g. `("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
-path joined with "." (`params.w1`), so two paths that join to the same name, a key that is not
+path joined with "." (`params.w1`), so two paths that join to the same name (with "/" read as
+a separator too, as storage paths and TensorFlow read it), a key that is not
 a non-empty string, or a slot whose variable the checkpoint does not hold cannot be stored
 faithfully: they raise `CheckpointError` at save time instead of losing a value.
 """
@@ -90,15 +91,22 @@ def slot_prefix(opt_path: Path, var_path: Path) -> Path:
     return opt_path + ("slots",) + var_path
 
 
+def flat_name(path: Path) -> str:
+    """The one name a path flattens to where "." or "/" separates the levels (orbax joins them with
+    ".", TensorFlow and storage paths with "/"): `("a/b",)`, `("a.b",)` and `("a", "b")` are one."""
+    return ".".join(path).replace("/", ".")
+
+
 def check_names(paths) -> None:
-    """Two paths orbax would store under one name (`{"a.b": x, "a": {"b": y}}`) are an error."""
+    """Two paths that flatten to one name (`{"a/b": x, "a": {"b": y}}`) are an error."""
     seen: dict[str, Path] = {}
     for path in paths:
-        other = seen.setdefault(dotted(path), path)
+        other = seen.setdefault(flat_name(path), path)
         if other != path:
             raise CheckpointError(
-                f"sx.Checkpoint entries {shown(other)!r} and {shown(path)!r} would be stored under one "
-                f"name ({dotted(path)!r}): one of them would be lost", "rename one of them")
+                f"sx.Checkpoint entries {list(other)} and {list(path)} flatten to one name "
+                f"({flat_name(path)!r}, levels joined by '.' or '/'): one of them could be lost",
+                "rename one of them (keys without '.' or '/' never collide)")
 
 
 def nest(flat: dict[Path, Any]) -> dict:

@@ -19,7 +19,7 @@ from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import Dataset
 from ..input.options import InputOptions
 from ..trace import StrategyFunction
-from ..trace.signature import check_input_signature
+from ..trace.signature import check_input_signature, result_array
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key, named_parts
 from ..trace.retracing import Detector
@@ -210,8 +210,10 @@ class Strategy(LogicalDevicesMixin):
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
             result = fn(*local_args, **local_kwargs)
-        return _tree_map_distributed(
-            lambda x: x if is_distributed(x) else PerReplica._traced(jnp.asarray(x)), result)
+        what = f"the replica function {getattr(fn, '__name__', type(fn).__name__)}"
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: x if is_distributed(x) else PerReplica._traced(
+                result_array(x, what, jax.tree_util.keystr(path))), result, is_leaf=is_distributed)
 
     def _to_local(self, x):
         return local_value(x) if is_distributed(x) else x

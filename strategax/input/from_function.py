@@ -12,7 +12,7 @@ import numpy as np
 from .context import InputContext
 from .dataset import _Dataset, check_iterable, host_iterator, is_one_shot
 from .place import place_pieces
-from .split import batch_leaves
+from .split import batch_leaves, check_dtypes
 
 
 class DatasetsFromFunction(_Dataset):
@@ -74,7 +74,9 @@ def _element_leaves(step: list, treedef) -> tuple[list[list[np.ndarray]], Any]:
             if treedef is not None and tree != treedef:
                 batch_leaves(element, treedef)  # raises the structure error
             treedef = tree
-            out.append([np.asarray(x) for x in leaves])
+            leaves = [np.asarray(x) for x in leaves]
+            check_dtypes(element, leaves)
+            out.append(leaves)
             continue
         leaves, treedef, _ = batch_leaves(element, treedef)
         out.append(leaves)

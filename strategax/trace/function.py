@@ -27,7 +27,7 @@ from .importer import import_jaxpr
 from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
-                        check_arguments, leaf_type, signature)
+                        check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
 from .takes import TraceInputs
 from .var_session import VarSession
 
@@ -107,15 +107,21 @@ class _Compiled:
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
 
 
+def _innermost_user_frame(err: Exception) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of the user's code in `err`'s traceback."""
+    frame, location = err.__traceback__, None
+    while frame is not None:
+        if not _is_internal(frame.tb_frame.f_code.co_filename):
+            location = (frame.tb_frame.f_code.co_filename, frame.tb_lineno)
+        frame = frame.tb_next
+    return location
+
+
 def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> DistributionTypeError:
     """reduce_retracing traced a Python number that the function uses as a Python value."""
     names = retracing.leaf_names(fn, sig.treedef, len(sig.kinds))
     traced = ", ".join(f"`{names[i]}`" for i, k in enumerate(sig.kinds) if k == SCALAR)
-    frame, location = err.__traceback__, None
-    while frame is not None:  # the innermost line of the user's code
-        if not _is_internal(frame.tb_frame.f_code.co_filename):
-            location = (frame.tb_frame.f_code.co_filename, frame.tb_lineno)
-        frame = frame.tb_next
+    location = _innermost_user_frame(err)
     return DistributionTypeError(
         f"with reduce_retracing=True the Python number(s) {traced} are traced as values, and this line "
         f"needs a concrete Python value (for an `if`, a shape, a range or an index): "
@@ -163,8 +169,7 @@ class StrategyFunction:
                 detector.calls += 1
                 fast.compiled.last_call = detector.calls
                 return out
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
-                        self._reduce_retracing)
+        sig = self._signature(args, kwargs)
         compiled = self._cache.get(sig.key)
         if compiled is None:
             compiled = self._compile(sig)
@@ -231,7 +236,7 @@ class StrategyFunction:
                     arrays.append(jax.random.key_data(leaf))
                 else:
                     plan.append((ARRAY, len(arrays)))
-                    arrays.append(jnp.asarray(leaf))
+                    arrays.append(result_array(leaf, f"the strategy.function {self._name}"))
             out_info["plan"] = plan
             return arrays
 
@@ -244,6 +249,14 @@ class StrategyFunction:
                 raise
             self._check_needs_static(sig, err)
             raise
+        except OverflowError as err:  # a Python int argument beyond int32 met an array
+            big = [i for i, (k, x) in enumerate(zip(sig.kinds, sig.leaves)) if k == STATIC and out_of_int32(x)]
+            if not big:
+                raise
+            names = retracing.leaf_names(self._origin, sig.treedef, len(sig.kinds))
+            used = _innermost_user_frame(err)
+            raise int32_error(names[big[0]], sig.leaves[big[0]],
+                              ", and it is used as a number" + (" at %s:%d" % used if used else "")) from None
         closed, input_types, out_info["inputs"] = rewrite(closed, inputs)  # sx.range loops, next(iterator)
         func = import_jaxpr(closed, types + input_types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
@@ -291,7 +304,7 @@ class StrategyFunction:
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
-                         self._reduce_retracing)
+                         self._reduce_retracing, self._origin)
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, Signature]:
         sig = self._signature(args, kwargs)

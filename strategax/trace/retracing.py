@@ -5,7 +5,6 @@ function. Calls are counted per Python function (its code), so a `strategy.funct
 anew in a loop is caught too, as TensorFlow catches it."""
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import weakref
@@ -14,7 +13,7 @@ from typing import Any, Callable
 
 import jax
 
-from .signature import MIRRORED, PER_REPLICA, SCALAR, STATIC
+from .signature import MIRRORED, PER_REPLICA, SCALAR, STATIC, leaf_names  # noqa: F401 - re-exported
 
 THRESHOLD, HISTORY, MAX_WARNINGS = 5, 10, 2  # tf.function's FREQUENT_TRACING_WARNING_* values
 _MAX_NAMED = 3  # changes named in one warning
@@ -77,27 +76,6 @@ def _where(fn: Callable) -> str:
     name = getattr(fn, "__name__", None) or type(fn).__name__
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
-
-
-def leaf_names(fn: Callable, treedef, count: int) -> list[str]:
-    """A readable name for each flattened argument leaf: the parameter and the path inside it."""
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
-    tree = jax.tree_util.tree_unflatten(treedef, list(range(treedef.num_leaves)))
-    names = [f"leaf {i}" for i in range(count)]
-    for path, index in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if len(path) < 2:
-            continue
-        head, rest = path[1], jax.tree_util.keystr(tuple(path[2:]))
-        if path[0].idx == 0:  # positional
-            i = head.idx
-            names[index] = (params[i].name if i < len(params) else f"args[{i}]") + rest
-        else:
-            names[index] = str(head.key) + rest
-    return names
 
 
 def _show(item: tuple) -> str:

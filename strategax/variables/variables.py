@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _context
+from ..dialects import collectives
 from ..dialects import variables as var_ops
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
 from ..ir import Locality, TensorType
@@ -333,7 +334,15 @@ class SyncOnReadVariable(_DistributedVariable):
     def _cross_replica_value(self, kind: str, value):
         if kind == "assign" and self._aggregation is VariableAggregation.SUM:
             n = self._strategy.num_replicas_in_sync
-            return (value / n).astype(self._dtype)
+            if not jnp.issubdtype(self._dtype, jnp.integer):
+                return (value / n).astype(self._dtype)
+            # an integer total divided exactly: every copy gets value // n, replica 0 the remainder
+            # as well, so the copies still sum to the value (TensorFlow's copies sum to less)
+            share = value // n
+            first = value - share * (n - 1)
+            if _traced():
+                return jnp.where(collectives.replica_id() == 0, first, share)
+            return buffers.PerCopy(share, first)
         return value
 
     def read_value(self):
