@@ -22,6 +22,7 @@ from ..trace import StrategyFunction
 from ..trace.signature import check_input_signature, result_array
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key, named_parts
+from ..trace.batches import LocalResult
 from ..trace.retracing import Detector
 from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
                                         local_value, regroup)
@@ -356,9 +357,8 @@ class Strategy(LogicalDevicesMixin):
         n = self.num_replicas_in_sync
         if isinstance(value, Mirrored):
             return (value._local,) * n
-        padding.check_not_padded(value._local, "strategy.experimental_local_results",
-                                 "take the local results outside the compiled function (strategax keeps "
-                                 "each replica's real rows there)")
+        if padding.is_per_example(value._local):  # no static shape: cut from the output after the run
+            return tuple(LocalResult(value, i) for i in range(n))
         gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
         return tuple(gathered[i] for i in range(n))
 

@@ -1,13 +1,13 @@
 """`strategy.function`'s machinery: trace a Python step (`jax.make_jaxpr`), import the jaxpr
 into the IR, run the passes, lower with the JAX backend and run it on distributed values;
-the variable session of a trace, the dump and the dataflow graph; `sx.range` loops and
-`next(iterator)` inside a function (`loops`, `takes`, `outline`)."""
+the variable session of a trace, the dump and the dataflow graph; batches inside a function
+(`batches`: `next(iterator)`, `for x in dataset`, `sx.range` loops, per-example outputs)."""
 from .distributed_values import (DistributedValues, Mirrored, PerReplica, PerReplicaBatch, check_components,
                                  is_distributed, regroup)
 from .function import StrategyFunction
 from .importer import import_jaxpr
+from .batches import range  # noqa: A004 - sx.range, like tf.range
 from .signature import TensorSpec
-from .loops import range  # noqa: A004 - sx.range, like tf.range
 from .var_session import VarSession
 
 __all__ = ["DistributedValues", "Mirrored", "PerReplica", "PerReplicaBatch", "StrategyFunction", "TensorSpec", "VarSession",

@@ -94,6 +94,10 @@ def _show(item: tuple) -> str:
         return f"a traced Python {item[1].__name__}"
     if kind == "I":
         return "an iterator of another element spec"
+    if kind == "D":
+        return "a dataset of another element spec"
+    if kind == "n":
+        return f"data of {', '.join(map(str, item[1]))} batch(es) iterated whole"
     if kind == "rows":
         return f"a padded batch of {item[1]} rows"
     return repr(item)[:80]

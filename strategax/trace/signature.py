@@ -42,7 +42,9 @@ class Signature:
     kinds: list[str]
     leaves: list[Any]
     batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
-    inputs: list | None = None  # the batches this call took from its iterator arguments (trace.takes)
+    inputs: list | None = None  # the batches this call took from its iterator arguments (trace.batches.takes)
+    host: Any = None  # trace.streams.Streams: this call's iterators and passes over datasets
+    site_elements: list | None = None  # the element each single `next()` of the call took
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -216,6 +218,9 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
         elif getattr(x, "_is_distributed_iterator", False):  # input: keyed by its element spec
             kind = STATIC
             key.append(("I", x._spec_key()))
+        elif getattr(x, "_is_distributed_dataset", False):  # `iter()` inside makes inputs: likewise
+            kind = STATIC
+            key.append(("D", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
                 return signature(*_expand((args, kwargs)), num_replicas, num_local, trace_scalars, fn)

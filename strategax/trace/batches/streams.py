@@ -1,0 +1,82 @@
+"""The input streams of one call of a compiled function: where its `next()` calls and its
+`for x in dataset` loops take batches from.
+
+An iterator argument is one stream, named by its argument leaf: `(ITERATOR, leaf)`. Each
+`iter()` of a dataset argument inside the function (a `for x in dataset` loop, or an explicit
+`iter(dataset)`) opens a stream of its own, `(DATASET, leaf, k)` for the k-th: a fresh pass over
+the dataset, as TensorFlow's `iter(dataset)` inside a tf.function. A call reads its streams on
+the host on demand; the trace that compiles a program and the call that runs it share what was
+read, so compiling takes no batch of its own.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import sys
+from typing import Any, Sequence
+
+import numpy as np
+
+ITERATOR, DATASET = "iterator", "dataset"
+
+
+def is_iterator(x: Any) -> bool:
+    return getattr(x, "_is_distributed_iterator", False)
+
+
+def is_dataset(x: Any) -> bool:
+    return getattr(x, "_is_distributed_dataset", False)
+
+
+def called_by_for(depth: int = 2) -> bool:
+    """Whether the frame `depth` levels up calls `__iter__` to start a `for` loop or a
+    comprehension, directly (`for x in dataset`) or through a call whose result the loop
+    iterates (`for i, x in enumerate(dataset)`), rather than for `iter(dataset)` or `list()`."""
+    frame = sys._getframe(depth)
+    op, following = _instructions(frame.f_code).get(frame.f_lasti, (None, None))
+    return op == "GET_ITER" or (op == "CALL" and following == "GET_ITER")
+
+
+@functools.lru_cache(maxsize=256)
+def _instructions(code) -> dict[int, tuple[str, str | None]]:
+    """offset -> (its instruction, the next instruction) of `code`'s bytecode."""
+    ins = list(dis.get_instructions(code))
+    return {a.offset: (a.opname, b.opname if b is not None else None) for a, b in zip(ins, ins[1:] + [None])}
+
+
+_NUMBERS = (bool, int, float, complex, np.generic)
+
+
+def python_numbers(depth: int = 2) -> dict[str, Any]:
+    """The Python numbers among the local variables of the frame `depth` levels up."""
+    return {k: v for k, v in sys._getframe(depth).f_locals.items() if isinstance(v, _NUMBERS)}
+
+
+def changed_numbers(before: dict, after: dict) -> list[tuple[str, Any, Any]]:
+    """(name, before, after) for each Python number that changed its value or type."""
+    out = []
+    for k, v in after.items():
+        if k in before and (type(before[k]) is not type(v) or not (before[k] == v or before[k] != before[k])):
+            out.append((k, before[k], v))
+    return out
+
+
+class Streams:
+    """The host side of one call's streams: each one's distributed iterator, made once."""
+
+    def __init__(self, leaves: Sequence[Any]):
+        self.leaves = leaves
+        self._open: dict[tuple, Any] = {}
+
+    def source(self, stream: tuple) -> Any:
+        """The distributed iterator of `stream` (the argument itself, or a fresh pass over a
+        dataset argument, made on first use)."""
+        it = self._open.get(stream)
+        if it is None:
+            x = self.leaves[stream[1]]
+            it = self._open[stream] = x if stream[0] == ITERATOR else x._host_iterator()
+        return it
+
+    def count(self, stream: tuple) -> int:
+        """How many elements `stream` holds now (read ahead to its end, nothing consumed)."""
+        return self.source(stream)._remaining()
