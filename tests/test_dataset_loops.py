@@ -182,38 +182,55 @@ def test_break_leaves_the_loop_where_python_left_it():
     assert float(values(LOOPS["iterator_after_break_next_sum"])) == 27.0  # (after two batches there)
 
 
-def test_python_state_that_changes_per_step_raises():
-    # Intent: a Python number changed in the loop would keep its traced value (TensorFlow's
-    # AutoGraph makes it a tensor: the recorded counter is 3): strategax raises naming the
-    # variable and the loop's line; as a JAX value it is carried and counts to 3. A data-dependent
-    # `break` (TensorFlow converts it on an iterator: 28, recorded) raises naming its line.
+def test_python_numbers_the_loop_changes_are_carried_as_autograph_carries_them():
+    # Intent: the tutorial's `num_batches += 1` (a Python int changed by every step) counts the
+    # batches, as AutoGraph's tensor does (recorded: 3), and a Python float schedule `lr *= 0.5`
+    # decays over the steps; the first step runs on its own, the rest in one on-device loop.
     st = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])
     dist = st.experimental_distribute_dataset(numbers())
 
-    def counter(ds):
-        count = 0
-        for _ in ds:
-            count += 1
-        return count
+    @st.function
+    def train_epoch(ds):  # the tutorial's "iterating inside a tf.function"
+        total_loss = 0.0
+        num_batches = 0
+        for x in ds:
+            total_loss += st.reduce("SUM", x, axis=0)
+            num_batches += 1
+        return total_loss / num_batches, num_batches
 
-    with pytest.raises(sx.DistributionValueError, match="Python int `count` changes from step to step") as err:
-        st.function(counter)(dist)
-    assert_names_this_line(err, counter.__code__.co_firstlineno + 2)
+    @st.function
+    def decayed(ds):
+        lr, s = 1.0, jnp.zeros(())
+        for x in ds:
+            s = s + lr * st.reduce("SUM", x, axis=0)
+            lr = lr * 0.5
+        return s, lr
 
-    def jax_counter(ds):
-        count = jnp.asarray(0)
-        for _ in ds:
-            count += 1
-        return count
-    assert int(st.function(jax_counter)(dist)) == values(LOOPS["python_counter"]) == 3
+    mean, count = train_epoch(dist)
+    assert int(count) == int(values(LOOPS["python_counter"])) == 3
+    np.testing.assert_allclose(mean, float(values(LOOPS["sums"])[0]) / 3, rtol=1e-6)
+    assert train_epoch.ir(dist).count("jax.while") == 1
+    s, lr = decayed(dist)
+    np.testing.assert_allclose([s, lr], [6 + 22 * 0.5 + 27 * 0.25, 0.125], rtol=1e-6)
+    two = st.experimental_distribute_dataset(numbers()[:2])  # the first step and one more: no loop left
+    np.testing.assert_allclose(train_epoch(two), [14.0, 2])
+
+
+def test_python_branches_on_the_steps_values_raise():
+    # Intent: a Python number that changes in a way the first step did not show (enumerate's
+    # counter) raises naming it and the loop's line; a data-dependent `break` (TensorFlow
+    # converts one on an iterator: 28, recorded) raises naming its line.
+    st = sx.MirroredStrategy(["CPU:0", "CPU:1", "CPU:2"])
+    dist = st.experimental_distribute_dataset(numbers())
 
     def enumerated(ds):
         s = jnp.zeros(())
         for i, x in enumerate(ds):
-            s = s + st.reduce("SUM", x, axis=0)
+            s = s + i * st.reduce("SUM", x, axis=0)
         return s
-    with pytest.raises(sx.DistributionValueError, match="Python int `i` changes"):
+    with pytest.raises(sx.DistributionValueError, match="Python int `i` changes from step to step") as err:
         st.function(enumerated)(dist)
+    assert_names_this_line(err, enumerated.__code__.co_firstlineno + 2)
 
     def data_break(it):
         a = jnp.zeros(())

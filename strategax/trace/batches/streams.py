@@ -10,11 +10,14 @@ read, so compiling takes no batch of its own.
 """
 from __future__ import annotations
 
+import ctypes
 import dis
 import functools
 import sys
 from typing import Any, Sequence
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 ITERATOR, DATASET = "iterator", "dataset"
@@ -47,9 +50,27 @@ def _instructions(code) -> dict[int, tuple[str, str | None]]:
 _NUMBERS = (bool, int, float, complex, np.generic)
 
 
-def python_numbers(depth: int = 2) -> dict[str, Any]:
-    """The Python numbers among the local variables of the frame `depth` levels up."""
-    return {k: v for k, v in sys._getframe(depth).f_locals.items() if isinstance(v, _NUMBERS)}
+def python_numbers(frame) -> dict[str, Any]:
+    """The Python numbers among `frame`'s local variables."""
+    return {k: v for k, v in frame.f_locals.items() if isinstance(v, _NUMBERS)}
+
+
+def as_tensor(x) -> Any:
+    """A Python number as AutoGraph makes it a tensor: int32, float32, bool, complex64 (a NumPy
+    scalar keeps its dtype), not weakly typed (so a step computes with it alike every time)."""
+    dtype = x.dtype if isinstance(x, np.generic) else jax.dtypes.canonicalize_dtype(type(x))
+    return jnp.asarray(x, dtype)
+
+
+def set_locals(frame, values: dict[str, Any]) -> None:
+    """Rebind local variables of `frame`, a frame that is running (what a debugger does): how a
+    loop makes the Python numbers its body changes into values it carries, as AutoGraph does."""
+    if sys.version_info >= (3, 13):  # f_locals writes through (PEP 667)
+        for k, v in values.items():
+            frame.f_locals[k] = v
+        return
+    frame.f_locals.update(values)
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
 
 
 def changed_numbers(before: dict, after: dict) -> list[tuple[str, Any, Any]]:

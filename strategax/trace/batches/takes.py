@@ -17,6 +17,7 @@ taken, so a failed call consumes nothing.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -92,7 +93,12 @@ class TraceInputs:
         self._passes: dict[int, int] = {}  # dataset leaf -> iter() calls so far
         self.whole: list[tuple] = []  # streams iterated to their end, in program order
         self.whole_loops: set[int] = set()  # the sx.loop_mark ids of `for` loops over streams
-        self.looping = 0  # `for` loops over streams begun and not ended
+        self.ended: set[int] = set()  # those that reached their end
+
+    @property
+    def looping(self) -> bool:
+        """Whether a `for` loop over a stream is being traced (or was left early)."""
+        return bool(self.whole_loops - self.ended)
 
     def leaf_of(self, x) -> int | None:
         return next((i for i, y in enumerate(self.leaves) if y is x), None)
@@ -172,9 +178,13 @@ class TracedIterator:
 
 def whole_loop(stream: tuple) -> Iterator:
     """`for x in <dataset or iterator>` inside a strategy.function: every element left, as one
-    on-device loop (`sx.range`'s markers around the first two steps, `outline.py`): the stream's
+    on-device loop (`sx.range`'s markers around two traced steps, `outline.py`); the stream's
     count of elements is known (read ahead) and part of the program's cache key. A loop of
-    zero or one element is plain Python iteration; a loop left early (`break`) is unrolled."""
+    zero or one element is plain Python iteration; a loop left early (`break`) is unrolled.
+
+    Python numbers the body changes (`num_batches += 1`) would keep their traced values: as
+    AutoGraph makes them tensors, the first step runs on its own, those numbers become JAX
+    values in the caller's frame, and the loop carries them over the steps that follow."""
     inputs = _context.inputs()
     if jax.process_count() > 1:
         raise DistributionTypeError(
@@ -182,34 +192,50 @@ def whole_loop(stream: tuple) -> Iterator:
             "element counts would have to agree before the program runs",
             "loop over a fixed number of steps: `for _ in sx.range(n): step(next(iterator))`")
     n = inputs.remaining(stream)
+    frame, where = sys._getframe(1), user_location()
     if n <= 1:
         if n:
             yield take(stream)
         return
-    bounds = [jnp.asarray(x, jnp.int32) for x in (0, n, 1)]
-    loop = next(loops._loop_ids)
-    inputs.whole_loops.add(loop)
-    inputs.looping += 1
-    where = user_location()
-    numbers = [streams.python_numbers()]  # the caller's Python numbers before each step
-    loops.loop_mark_p.bind(*bounds, loop=loop, kind=loops.BEGIN)
+    before = streams.python_numbers(frame)
+    loop = _begin(inputs, n)
     yield take(stream)
-    numbers.append(streams.python_numbers())
+    changed = streams.changed_numbers(before, streams.python_numbers(frame))
+    if changed:  # the first step stands alone (its loop is left, `outline._left_early`); carry the rest
+        inputs.ended.add(loop)
+        streams.set_locals(frame, {k: streams.as_tensor(v) for k, _, v in changed})
+        n -= 1
+        if n == 1:
+            yield take(stream)
+            return
+        before = streams.python_numbers(frame)
+        loop = _begin(inputs, n)
+        yield take(stream)
+    middle = streams.python_numbers(frame)
     loops.loop_mark_p.bind(loop=loop, kind=loops.NEXT)
     yield take(stream)
-    numbers.append(streams.python_numbers())
     loops.loop_mark_p.bind(loop=loop, kind=loops.END)
-    inputs.looping -= 1
+    inputs.ended.add(loop)
     inputs.took(stream, n - 2)
-    changed = streams.changed_numbers(numbers[0], numbers[1]) or streams.changed_numbers(numbers[1], numbers[2])
+    changed = streams.changed_numbers(before, middle) or streams.changed_numbers(middle, streams.python_numbers(frame))
     if changed:
         name, a, b = changed[0]
         raise DistributionValueError(
             f"the Python {type(b).__name__} `{name}` changes from step to step of the loop over the data "
-            f"({a!r}, then {b!r}): the loop's body is traced once, as one on-device step, so a Python value "
-            f"keeps what the trace gave it (TensorFlow's AutoGraph turns it into a tensor)",
+            f"({a!r}, then {b!r}) in a way the first step did not show: the loop's body is traced as one "
+            "on-device step, so a Python value keeps what the trace gave it",
             f"make it a JAX value before the loop (`{name} = jnp.asarray({a!r})`), so that it is carried "
-            "from step to step on the device", location=where)
+            "from step to step on the device (for `enumerate(dataset)`, count in such a value yourself)",
+            location=where)
+
+
+def _begin(inputs: TraceInputs, steps: int) -> int:
+    """Open a loop of `steps` steps over a stream (its first marker); its id."""
+    loop = next(loops._loop_ids)
+    inputs.whole_loops.add(loop)
+    bounds = [jnp.asarray(x, jnp.int32) for x in (0, steps, 1)]
+    loops.loop_mark_p.bind(*bounds, loop=loop, kind=loops.BEGIN)
+    return loop
 
 
 def take(stream: tuple) -> Any:
