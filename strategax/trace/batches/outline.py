@@ -14,10 +14,13 @@ iterations between `sx.loop_mark` equations (`loops.py`), and each `next(iterato
   `n` elements' inputs stacked inside the program and indexed by the step counter, plus the
   loop's step count (an input: fewer when the iterator runs out), which ends the loop.
 
-Whatever cannot be a loop raises with the user's line: a body that traces differently in
-its two iterations (Python state changing per step), a value kept from an earlier iteration
-(a Python list of per-step results), `break`, nested `sx.range` loops, a traced trip count
-for a body that takes batches, a take or loop inside a JAX transformation.
+A `for x in dataset` loop (`takes.whole_loop`) that Python left before its end (`break`)
+ran its steps as plain steps: its markers are dropped and its takes are single takes.
+Whatever else cannot be a loop raises with the user's line: a body that traces differently
+in its two iterations (Python state changing per step), a value kept from an earlier
+iteration (a Python list of per-step results), `break` out of an `sx.range` loop, nested
+loops, a traced trip count for a body that takes batches, a take or loop inside a JAX
+transformation.
 """
 from __future__ import annotations
 
