@@ -187,8 +187,7 @@ class _Dataset:
     def __init__(self, strategy, options: InputOptions | None):
         self._strategy = strategy
         self._options = options or InputOptions()
-        self._spec = None
-        self._first_read = None  # (first element or None,) once read
+        self._first_read = None  # ((element_spec, key) of the first element, or None,) once read
         self._pending = None  # (first element, rest) read by element_spec from a one-shot source
         self._iterated = False  # a one-shot source can be iterated once
 
@@ -220,9 +219,9 @@ class _Dataset:
         produce = self._produce if pending is None else (lambda: _resume(*pending))
         return DistributedIterator(self._strategy, produce, self._options)
 
-    def _first(self) -> Any:
-        """The first element (None for an empty dataset), read once: a one-shot source keeps
-        what was read for its iteration."""
+    def _first(self) -> tuple | None:
+        """(element_spec, cache key) of the first element, None for an empty dataset; read once
+        (a one-shot source keeps what was read for its iteration)."""
         if self._first_read is None:
             it = self._produce()
             try:
@@ -235,24 +234,22 @@ class _Dataset:
                 self._pending = (first, it)
             else:
                 it.close()
-            self._first_read = (first,)
+            self._first_read = (None if first is None else (spec_of(first), takes.element_spec(first).key),)
         return self._first_read[0]
 
     @property
     def element_spec(self) -> Any:
         """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the first element)."""
-        if self._spec is None:
-            first = self._first()
-            if first is None:
-                raise DistributionValueError("the dataset is empty, so it has no element_spec",
-                                             "give the dataset at least one batch")
-            self._spec = spec_of(first)
-        return self._spec
+        first = self._first()
+        if first is None:
+            raise DistributionValueError("the dataset is empty, so it has no element_spec",
+                                         "give the dataset at least one batch")
+        return first[0]
 
     def _spec_key(self) -> Any:
         """What a compiled function's cache key holds for this dataset: its element spec."""
         first = self._first()
-        return None if first is None else takes.element_spec(first).key
+        return None if first is None else first[1]
 
 
 class DistributedDataset(_Dataset):
