@@ -23,10 +23,6 @@ import numpy as np
 ITERATOR, DATASET = "iterator", "dataset"
 
 
-def is_iterator(x: Any) -> bool:
-    return getattr(x, "_is_distributed_iterator", False)
-
-
 def is_dataset(x: Any) -> bool:
     return getattr(x, "_is_distributed_dataset", False)
 
@@ -77,8 +73,11 @@ def changed_numbers(before: dict, after: dict) -> list[tuple[str, Any, Any]]:
     """(name, before, after) for each Python number that changed its value or type."""
     out = []
     for k, v in after.items():
-        if k in before and (type(before[k]) is not type(v) or not (before[k] == v or before[k] != before[k])):
-            out.append((k, before[k], v))
+        if k not in before:
+            continue
+        a = before[k]
+        if type(a) is not type(v) or not (a == v or (a != a and v != v)):  # NaN stays NaN: unchanged
+            out.append((k, a, v))
     return out
 
 
