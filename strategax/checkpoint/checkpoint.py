@@ -135,10 +135,8 @@ class _Save:
         self.processes = jax.process_count()
         self.chief = jax.process_index() == 0
         self.claim = paths.Claim(directory, name, number) if self.chief else None
-        if self.processes > 1:
-            number = self._agree(self.claim.number if self.claim else -1)
-        else:
-            number = self.claim.number
+        mine = self.claim.number if self.claim is not None else -1
+        number = self._agree(mine) if self.processes > 1 else mine  # one process: the chief's claim
         self.path = os.path.join(directory, f"{name}-{number}")
         self.staging = os.path.join(directory, f"{paths.CLAIM}{number}", f"{name}-{number}")
 

@@ -1,7 +1,7 @@
 """One worker of a job (tests/test_multi_worker_safety.py) that reports, as one JSON line:
 the addresses this process listens on, the variables it created from its own unseeded values
-(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and its share of the input under each
-AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json.
+(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and
+its share of the input under each AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json.
 """
 import json
 import os
@@ -116,5 +116,6 @@ from_function = [[np.asarray(c).tolist() for c in strategy.experimental_local_re
 print(json.dumps({
     "task_index": strategy.cluster_resolver.task_id, "address": strategy.cluster_resolver.master(),
     "listening": listening(), "own": {"w": own["w"].tolist(), "count": own["count"]}, "initial": initial,
-    "trained": trained, "sync_on_read": sync_on_read, "cases": cases, "from_function": {"contexts": contexts, "steps": from_function},
+    "trained": trained, "sync_on_read": sync_on_read, "cases": cases,
+    "from_function": {"contexts": contexts, "steps": from_function},
 }), flush=True)
