@@ -251,7 +251,7 @@ def test_iterating_what_is_not_an_argument_raises():
     st = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     dist = st.experimental_distribute_dataset(numbers())
     it = iter(dist)
-    with pytest.raises(sx.DistributionTypeError, match="iterating a distributed dataset that is not an argument") as err:
+    with pytest.raises(sx.DistributionTypeError, match="iterating a distributed dataset that is not an arg") as err:
         line = here(); st.function(lambda: sum_loop(st, dist))()  # noqa: E702
     assert "train_epoch(dist_dataset)" in str(err.value)
     with pytest.raises(sx.DistributionTypeError, match="distributed iterator that is not an argument") as err:

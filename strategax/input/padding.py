@@ -63,8 +63,8 @@ def reduce_rows(op_name: str, local, axis: int):
         return total
     shape = jnp.shape(local)
     first = jnp.reshape(local, (shape[0], math.prod(shape[1:])))[:, 0] if len(shape) > 1 else local
-    ones = jnp.where(first == first, 1.0, 1.0).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating)
-                                                      else jnp.float32)  # follows local's rows
+    ones = jnp.where(first == first, 1.0, 1.0).astype(  # noqa: PLR0124 - a value that follows local's rows
+        total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
     n = all_reduce(jnp.sum(ones), "sum", "Strategy.reduce")
     return total / n  # no rows anywhere: NaN, as TensorFlow's mean of nothing
 

@@ -87,15 +87,17 @@ class _Compiled:
             sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
         return sig.inputs
 
-    def _trimmed(self, kind: str, index: tuple, outs, sig: Signature):
-        """A per-example output with the padded rows of its batch dropped (per_example.py)."""
-        index, *rest = index
+    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature):
+        """A per-example output with the padded rows of its batch dropped (per_example.py):
+        `entry` is (output, source) for TAKEN, (output, replica, source) for LOCAL."""
+        index, source = entry[0], entry[-1]
         array, layout = outs[index], self.executable.out_layouts[index]
-        source = rest[-1]
-        batch = sig.batch if source == per_example.BATCH else \
-            None if source is None else per_example.batch_of(sig.site_elements[source])
+        if source == per_example.BATCH:
+            batch = sig.batch
+        else:
+            batch = None if source is None else per_example.batch_of((sig.site_elements or [])[source])
         value = PerReplica._from_global(array, layout) if batch is None else per_example.trimmed(array, layout, batch)
-        return value if kind == per_example.TAKEN else value.values[rest[0]]
+        return value if kind == per_example.TAKEN else value.values[entry[1]]
 
     def __call__(self, sig: Signature):
         outs = self.strategy._execute(self.executable, self.global_args(sig))

@@ -11,8 +11,6 @@ import weakref
 from collections import deque
 from typing import Any, Callable
 
-import jax
-
 from .signature import MIRRORED, PER_REPLICA, SCALAR, STATIC, leaf_names  # noqa: F401 - re-exported
 
 THRESHOLD, HISTORY, MAX_WARNINGS = 5, 10, 2  # tf.function's FREQUENT_TRACING_WARNING_* values

@@ -149,12 +149,12 @@ def is_array_dtype(dtype) -> bool:
         dtype = np.dtype(dtype)
     except TypeError:
         return False
-    return dtype == np.bool_ or jax.dtypes.issubdtype(dtype, np.number)
+    return dtype == np.bool_ or jnp.issubdtype(dtype, np.number)
 
 
 def out_of_int32(x) -> bool:
     """A Python int (not a bool) that int32, JAX's integer without 64-bit mode, cannot hold."""
-    return (type(x) is int and not jax.config.jax_enable_x64  # noqa: E721 - bools and enums are fine
+    return (type(x) is int and jax.dtypes.canonicalize_dtype(np.int64) != np.int64  # 64-bit mode off
             and not _INT32[0] <= x <= _INT32[1])
 
 
@@ -170,11 +170,12 @@ def _bad_value(x) -> str | None:
     """Why `x` (an argument leaf or a distributed value's component) cannot enter a program."""
     if isinstance(x, ARRAY_TYPES) and not isinstance(x, jax.Array) and not is_array_dtype(x.dtype):
         return f"a NumPy array of dtype {x.dtype}"
-    if isinstance(x, DistributedValues) and getattr(x, "_values", None) is not None:
-        for i, c in enumerate(x._values):
-            if isinstance(c, (str, bytes)) or (isinstance(c, ARRAY_TYPES) and not is_array_dtype(c.dtype)):
-                what = f"of dtype {c.dtype}" if hasattr(c, "dtype") else f"a Python {type(c).__name__} {c!r:.30}"
-                return f"{_a(type(x).__name__)} whose component {i} is {what}"
+    components = getattr(x, "_values", None) if isinstance(x, DistributedValues) else None
+    for i, c in enumerate(components or ()):
+        if isinstance(c, (str, bytes)):
+            return f"{_a(type(x).__name__)} whose component {i} is a Python {type(c).__name__} {c!r:.30}"
+        if isinstance(c, ARRAY_TYPES) and not is_array_dtype(c.dtype):
+            return f"{_a(type(x).__name__)} whose component {i} is of dtype {c.dtype}"
     return None
 
 
@@ -223,7 +224,8 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             key.append(("D", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
-                return signature(*_expand((args, kwargs)), num_replicas, num_local, trace_scalars, fn)
+                args, kwargs = _expand((args, kwargs))
+                return signature(args, kwargs, num_replicas, num_local, trace_scalars, fn)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
@@ -240,7 +242,7 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             if trace_scalars and type(x) in SCALAR_TYPES:
                 if out_of_int32(x):  # traced as an int32 value, it would not fit
                     name = leaf_names(fn, treedef, len(leaves))[index] if fn is not None else f"leaf {index}"
-                    raise int32_error(name, x)
+                    raise int32_error(name, int(x))
                 kind = SCALAR
                 key.append((SCALAR, type(x)))
             else:

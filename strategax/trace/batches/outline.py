@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -161,7 +161,7 @@ def _left_early(eqns, whole_loops: set) -> set:
             and e.params["loop"] not in ended}
 
 
-def _spans(eqns, unrolled: set = frozenset()) -> list[int | _Span]:
+def _spans(eqns, unrolled: AbstractSet[int] = frozenset()) -> list[int | _Span]:
     """Top-level equation indices, with each `sx.range` loop as one _Span (the markers of the
     `unrolled` loops stay plain indices)."""
     out: list[int | _Span] = []

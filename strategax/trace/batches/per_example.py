@@ -61,12 +61,12 @@ def sources(body: Block, results: tuple[int, ...], inputs: dict[int, Any]) -> di
     return out
 
 
-def trimmed(array: jax.Array, layout, source: PerReplicaBatch) -> PerReplicaBatch:
-    """A program's per-example output, keeping the real rows of `source`'s batch."""
+def trimmed(array: jax.Array, layout, source: Any) -> PerReplicaBatch:
+    """A program's per-example output, keeping the real rows of `source`'s batch (a PerReplicaBatch)."""
     return PerReplicaBatch._from_global_batch(array, layout, source._counts, source._count_value)
 
 
-def batch_of(element: Any) -> PerReplicaBatch | None:
+def batch_of(element: Any) -> Any:
     """The padded batch an element taken from an iterator carries (its first leaf), if any."""
     leaves = jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
     return leaves[0] if leaves and isinstance(leaves[0], PerReplicaBatch) else None
@@ -78,8 +78,8 @@ TAKEN, LOCAL = "T", "L"  # output kinds: rows of a taken batch; one replica's ro
 def padded_inputs(sig, dynamic: list[int], plan) -> dict[int, Any]:
     """Program argument index -> the padded batch it is a leaf of: BATCH for the padded batch
     argument, the ordinal of the `next(iterator)` (among the plan's single takes) for a taken one."""
-    out = {k: BATCH for k, i in enumerate(dynamic)
-           if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1}
+    out: dict[int, Any] = {k: BATCH for k, i in enumerate(dynamic)
+                           if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1}
     if plan is None:
         return out
     offset, site = len(dynamic), 0

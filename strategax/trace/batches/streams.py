@@ -76,9 +76,13 @@ def changed_numbers(before: dict, after: dict) -> list[tuple[str, Any, Any]]:
         if k not in before:
             continue
         a = before[k]
-        if type(a) is not type(v) or not (a == v or (a != a and v != v)):  # NaN stays NaN: unchanged
+        if type(a) is not type(v) or not (a == v or (_nan(a) and _nan(v))):  # NaN stays NaN: unchanged
             out.append((k, a, v))
     return out
+
+
+def _nan(x) -> bool:
+    return bool(np.isnan(x)) if not isinstance(x, (bool, int, np.bool_, np.integer)) else False
 
 
 class Streams:

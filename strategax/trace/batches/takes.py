@@ -139,7 +139,7 @@ def _inputs_for(what: str, x, fix: str) -> tuple[TraceInputs, int]:
     """The trace's inputs and the argument leaf of `x`, or the error saying `x` is no argument."""
     inputs = _context.inputs()
     leaf = None if inputs is None else inputs.leaf_of(x)
-    if leaf is None:
+    if inputs is None or leaf is None:
         raise DistributionTypeError(
             f"{what} that is not an argument of the strategy.function being traced (it is captured "
             "by closure, or made inside the function from a value that is not an argument)", fix)
