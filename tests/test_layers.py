@@ -18,7 +18,7 @@ LAYERS = [
     {"trace", "cluster"},
     {"variables", "input"},
     {"distribute", "checkpoint"},
-    {"nn", "cluster_resolver", "tools", "data", "metrics"},  # facades and command lines
+    {"nn", "cluster_resolver", "tools", "data", "metrics", "experimental"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
@@ -130,3 +130,15 @@ def test_the_graph_sees_deferred_and_relative_imports(tmp_path):
     finally:
         ROOT = saved
     assert got == {"strategax.a.n", "strategax.b.c", "strategax.errors"}
+
+
+def test_importing_strategax_does_not_import_ray():
+    # Intent: Ray is optional (`strategax[ps]`) and heavy: only a ParameterServerStrategy
+    # imports it, when it starts its actors.
+    import subprocess
+    import sys
+
+    code = "import sys, strategax, strategax.experimental; assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]"
+    env = dict(__import__("os").environ, PYTHONPATH=str(ROOT.parent), JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from ..errors import CheckpointError
-from ..variables import Optimizer, Variable
+from ..variables import Optimizer, ShardedVariable, Variable
 from . import digest, names, paths, storage
 from .names import Path, shown
 from .status import CheckpointLoadStatus, InitializationOnlyStatus
@@ -273,6 +273,11 @@ class _Plan:
             for var in unique:
                 prefix = names.slot_prefix(opt_path, var_paths[id(var)])
                 found = [p[len(prefix):] for p in meta if p[:len(prefix)] == prefix]
+                if found and isinstance(var, ShardedVariable):
+                    raise CheckpointError(
+                        f"checkpoint {path} holds optimizer state for {shown(var_paths[id(var)])!r}, here a "
+                        "sharded variable: optimizer state of sharded variables cannot be restored yet",
+                        "restore the model without the optimizer, or into an unsharded variable")
                 if opt.has_slots(var):
                     want = {sp for v, sp, _ in opt.slot_variables() if v is var}
                 else:
