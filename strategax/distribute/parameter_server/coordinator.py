@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,40 @@ from .values import Failure, PerWorkerDataset, PerWorkerValues, RemoteValue
 
 MAX_RESTARTS = 3  # times a worker is started again after it dies
 _CLOSURE_IDS = itertools.count()
+_STOP = object()
+
+
+@dataclass
+class _Work:
+    """The queue the workers' threads take functions from (they hold it, and the coordinator
+    only weakly, so that an unused strategy is collected and its actors stopped)."""
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    queue: collections.deque = field(default_factory=collections.deque)
+    in_flight: int = 0
+    stopped: bool = False
+
+    def take(self, timeout: float):
+        """The next closure, None when none came within `timeout` seconds, or _STOP."""
+        with self.cond:
+            if not self.queue and not self.stopped:
+                self.cond.wait(timeout)
+            if self.stopped:
+                return _STOP
+            if not self.queue:
+                return None
+            self.in_flight += 1
+            return self.queue.popleft()
+
+
+def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
+    """Worker `index`'s thread: runs queued functions there until the coordinator stops or is gone."""
+    restarts = [0]
+    while True:
+        closure = work.take(1.0)
+        coordinator = coordinator_ref() if closure is not _STOP else None
+        if coordinator is None or closure is not None and not coordinator._run(closure, index, restarts):
+            return
+        del coordinator, closure
 
 
 @dataclass
@@ -55,9 +90,7 @@ class ClusterCoordinator:
 
     def _start(self, strategy) -> None:
         self._strategy, self._cluster = strategy, strategy._cluster
-        self._cond = threading.Condition()
-        self._queue: collections.deque[Closure] = collections.deque()
-        self._in_flight = 0
+        self._work = _Work()
         self._failure: Failure | None = None  # the first failure since join() last raised
         self._functions: dict[int, tuple[Any, list]] = {}  # id(fn) -> (fn, holder)
         self._resources: list[tuple[int, str, Any]] = []  # made on every worker, in order
@@ -65,9 +98,9 @@ class ClusterCoordinator:
         self._resource_ids = itertools.count()
         self._serving = self._cluster.num_workers
         self._rescheduled = 0  # functions run again after their worker died
-        self._stopped = False
-        for i in range(self._cluster.num_workers):
-            threading.Thread(target=self._serve, args=(i,), name=f"strategax-ps-worker-{i}", daemon=True).start()
+        for i in range(self._cluster.num_workers):  # (a weak reference: the strategy can be collected)
+            threading.Thread(target=_serve, args=(weakref.ref(self), self._work, i),
+                             name=f"strategax-ps-worker-{i}", daemon=True).start()
 
     @property
     def strategy(self) -> ParameterServerStrategy:
@@ -87,22 +120,22 @@ class ClusterCoordinator:
             holder = [ray_module().put(cloudpickle().dumps(fn))]
             self._functions[token] = (fn, holder)
         closure = Closure(token, self._functions[token][1], tuple(args or ()), dict(kwargs or {}))
-        with self._cond:
-            self._queue.append(closure)
-            self._cond.notify_all()
+        with self._work.cond:
+            self._work.queue.append(closure)
+            self._work.cond.notify_all()
         return closure.value
 
     def join(self) -> None:
         """Wait until every scheduled function has run; raise the first error one raised."""
-        with self._cond:
-            while self._queue or self._in_flight:
-                self._cond.wait(1.0)
+        with self._work.cond:
+            while self._work.queue or self._work.in_flight:
+                self._work.cond.wait(1.0)
         self._raise_failure()
 
     def done(self) -> bool:
         """Whether every scheduled function has run (raises the first error, as join)."""
-        with self._cond:
-            finished = not self._queue and not self._in_flight
+        with self._work.cond:
+            finished = not self._work.queue and not self._work.in_flight
         self._raise_failure()
         return finished
 
@@ -135,34 +168,25 @@ class ClusterCoordinator:
 
     # --- the workers' threads -----------------------------------------------------------------------------
     def _raise_failure(self) -> None:
-        with self._cond:
+        with self._work.cond:
             failure, self._failure = self._failure, None
         if failure is not None:
             raise failure.error()
 
-    def _take(self) -> Closure | None:
-        with self._cond:
-            while not self._queue and not self._stopped:
-                self._cond.wait()
-            if self._stopped:
-                return None
-            self._in_flight += 1
-            return self._queue.popleft()
-
     def _done_with(self, closure: Closure, failure: Failure | None = None, again: bool = False) -> None:
-        with self._cond:
-            self._in_flight -= 1
+        with self._work.cond:
+            self._work.in_flight -= 1
             if again:
                 self._rescheduled += 1
-                self._queue.appendleft(closure)
+                self._work.queue.appendleft(closure)
             elif failure is not None:
                 closure.value._fail(failure)
                 if self._failure is None:
                     self._failure = failure
-                for queued in self._queue:
+                for queued in self._work.queue:
                     queued.value._fail(Failure.cancelled(failure))
-                self._queue.clear()
-            self._cond.notify_all()
+                self._work.queue.clear()
+            self._work.cond.notify_all()
 
     def _arguments(self, closure: Closure, worker: int) -> bytes:
         def one(x):
@@ -171,30 +195,28 @@ class ClusterCoordinator:
             return x.fetch() if isinstance(x, RemoteValue) else x
         return cloudpickle().dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
 
-    def _serve(self, index: int) -> None:
-        ray, restarts = ray_module(), 0
-        while True:
-            closure = self._take()
-            if closure is None:
-                return
-            try:
-                blob = self._arguments(closure, index)
-            except Exception as e:  # noqa: BLE001 - an argument that cannot travel fails its function
-                self._done_with(closure, Failure.raised(e))
-                continue
-            try:
-                status = ray.get(self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob))
-            except ray.exceptions.RayActorError:  # the worker died: its function runs elsewhere
-                self._done_with(closure, again=True)
-                restarts += 1
-                if restarts > MAX_RESTARTS or not self._restart(index):
-                    self._lost_worker()
-                    return
-                continue
-            except ray.exceptions.RayError as e:
-                self._done_with(closure, Failure.raised(e))
-                continue
-            self._finish(closure, status)
+    def _run(self, closure: Closure, index: int, restarts: list) -> bool:
+        """Run `closure` on worker `index`; False when that worker is lost for good."""
+        ray = ray_module()
+        try:
+            blob = self._arguments(closure, index)
+        except Exception as e:  # noqa: BLE001 - an argument that cannot travel fails its function
+            self._done_with(closure, Failure.raised(e))
+            return True
+        try:
+            status = ray.get(self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob))
+        except ray.exceptions.RayActorError:  # the worker died: its function runs elsewhere
+            self._done_with(closure, again=True)
+            restarts[0] += 1
+            if restarts[0] > MAX_RESTARTS or not self._restart(index):
+                self._lost_worker()
+                return False
+            return True
+        except ray.exceptions.RayError as e:
+            self._done_with(closure, Failure.raised(e))
+            return True
+        self._finish(closure, status)
+        return True
 
     def _finish(self, closure: Closure, status: tuple) -> None:
         kind = status[0]
@@ -221,19 +243,19 @@ class ClusterCoordinator:
         return True
 
     def _lost_worker(self) -> None:
-        with self._cond:
+        with self._work.cond:
             self._serving -= 1
-            if self._serving == 0 and self._failure is None and not self._stopped:
+            if self._serving == 0 and self._failure is None and not self._work.stopped:
                 failure = Failure(lambda: WorkersLostError(
                     "every worker of the parameter-server job died and could not be started again",
                     "check the Ray cluster's nodes (`ray status`), then restart from the last checkpoint"))
                 self._failure = failure
-                for queued in self._queue:
+                for queued in self._work.queue:
                     queued.value._fail(failure)
-                self._queue.clear()
-            self._cond.notify_all()
+                self._work.queue.clear()
+            self._work.cond.notify_all()
 
     def _stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
+        with self._work.cond:
+            self._work.stopped = True
+            self._work.cond.notify_all()
