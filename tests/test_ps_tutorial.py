@@ -2,15 +2,20 @@
 examples/parameter_server_training.py, on a local Ray cluster of 2 workers and 1 parameter
 server, trains to the accuracy band of the same model and loop on a 2-replica
 MirroredStrategy; the optimizer counts every scheduled step (21), where TensorFlow 2.21 with
-Keras 3 loses some (its recorded runs: tests/data/tf/parameter_server.json, lost_updates)."""
+Keras 3 loses some (its recorded runs: tests/data/tf/parameter_server.json, lost_updates).
+docs/porting.md §7's strategax blocks run here too, on the session's Ray cluster."""
 import importlib.util
 from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 
+import pytest
+
 import strategax as sx
+from docblocks import normalise, run_block
 from parameter_servers import shared
+from test_docs_porting import PAGE, PARAMETER_SERVER, SETUP
 
 PATH = Path(__file__).resolve().parent.parent / "examples" / "parameter_server_training.py"
 spec = importlib.util.spec_from_file_location("parameter_server_training", PATH)
@@ -41,3 +46,10 @@ def test_tutorial_on_parameter_servers_matches_mirrored_accuracy(ray_cluster):
     assert abs(ps_acc - mirrored_acc) <= 0.1
     assert got["accuracy"][-1] >= 0.8, got["accuracy"]
     assert np.isfinite(got["final_loss"]) and got["final_loss"] < 0.5
+
+
+@pytest.mark.parametrize("block", PARAMETER_SERVER, ids=[b.name for b in PARAMETER_SERVER])
+def test_porting_guide_block_prints_what_the_page_shows(ray_cluster, block):
+    # Intent: §7.1 of the porting guide (the tutorial on 2 workers and 1 parameter server, the
+    # code a reader copies) prints what the page shows: every step and example counted.
+    assert normalise(run_block(block, SETUP, PAGE)) == normalise(block.expected or "")
