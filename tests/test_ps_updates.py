@@ -2,8 +2,10 @@
 variable: none is lost (4 workers x 200 steps of assign_add(1) end at exactly 800), including
 replica-context updates aggregated over each worker's 2 replicas first; reads inside a step
 see the servers' current values; scheduling errors behave as TensorFlow's coordinator's."""
+import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import strategax as sx
@@ -67,7 +69,11 @@ def test_reads_see_the_current_value(strategy, coordinator):
     np.testing.assert_array_equal(np.asarray(got.values), np.full((2, 4), 6.0))
     coordinator.schedule(reset_then_add)
     coordinator.join()
+    assert coordinator.done()
     np.testing.assert_array_equal(w.numpy(), np.full(4, 11.0))
+    fetched = coordinator.fetch({"read": coordinator.schedule(read), "plain": 1})
+    assert fetched["plain"] == 1 and isinstance(fetched["read"], sx.PerReplica)
+    np.testing.assert_array_equal(np.asarray(fetched["read"].values), np.full((2, 4), 22.0))
 
 
 def test_a_failed_step_raises_at_join_and_cancels_the_queue(strategy, coordinator):
@@ -108,3 +114,37 @@ def test_variables_are_made_on_the_coordinator(strategy, coordinator):
     coordinator.schedule(make)
     with pytest.raises(RuntimeError, match="created inside a scheduled function"):
         coordinator.join()
+
+
+def test_optimizer_slots_made_on_workers_reach_the_coordinator(strategy, coordinator):
+    # Intent: the first steps create the momentum slot on a server (one, shared by the 4
+    # workers) and the coordinator's optimizer adopts it; a second step function pickled after
+    # that uses the same slot on every worker; every step is counted (8 + 8); the parameter
+    # moved by at least one plain SGD step (its gradient is 1 at every step: loss = sum(w)).
+    with strategy.scope():
+        w = sx.Variable(np.zeros(3, np.float32), name="w_momentum")
+        optimizer = sx.Optimizer(optax.sgd(0.1, momentum=0.9))
+
+    def make_step():
+        @strategy.function
+        def step():
+            def replica():
+                grad = jax.grad(lambda v: jnp.sum(v))(w.read_value())
+                optimizer.apply_gradients([(grad, w)])
+            strategy.run(replica)
+        return step
+
+    first = make_step()
+    for _ in range(8):
+        coordinator.schedule(first)
+    coordinator.join()
+    slots = optimizer.slot_variables()
+    assert [(v is w, path) for v, path, _ in slots] == [(True, ("0", "trace"))]
+    second = make_step()
+    for _ in range(8):
+        coordinator.schedule(second)
+    coordinator.join()
+    assert optimizer.slot_variables() == slots
+    assert int(optimizer.iterations.numpy()) == 16
+    # each step adds at least -0.1 * 2 (the summed gradient of both replicas) to every element
+    assert np.all(w.numpy() <= -0.2 * 16 + 1e-5)

@@ -44,7 +44,7 @@ def connect(address: str | None, init_kwargs: dict | None = None) -> None:
     ray = ray_module()
     if ray.is_initialized():
         return
-    kwargs = dict(LOCAL, **(init_kwargs or {}))
+    kwargs = dict(LOCAL if address is None else {}, **(init_kwargs or {}))
     try:
         ray.init(address="local" if address is None else address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -147,11 +147,31 @@ def placement_of(resolver: Any) -> Placement:
             f"this process is task {resolver.task_type!r} {resolver.task_id}; on Ray only the chief runs the "
             "program (workers and parameter servers are Ray actors it starts)",
             "run the program on the chief only; on the other machines run `ray start --address=HEAD:6379`")
-    connect(os.environ.get("RAY_ADDRESS"))
+    _join_for(workers + servers)
     nodes = _nodes_by_address()
     return Placement(len(workers), len(servers), 1,
                      [_on_node(nodes, a, f"worker {i}") for i, a in enumerate(workers)],
                      [_on_node(nodes, a, f"ps {i}") for i, a in enumerate(servers)])
+
+
+def _join_for(addresses: list[str]) -> None:
+    """Join the running Ray cluster (RAY_ADDRESS, else the one `ray start` made on this machine);
+    with none, start a local one if every task is on this machine."""
+    if ray_module().is_initialized():
+        return
+    try:
+        connect(os.environ.get("RAY_ADDRESS", "auto"))
+    except ClusterStartError:
+        if not all(_is_local(a.rsplit(":", 1)[0].strip("[]")) for a in addresses):
+            raise
+        connect(None)
+
+
+def _is_local(host: str) -> bool:
+    try:
+        return socket.gethostbyname(host).startswith("127.") or host in ("localhost", socket.gethostname())
+    except OSError:
+        return False
 
 
 def _nodes_by_address() -> dict[str, str]:
@@ -175,8 +195,7 @@ def _on_node(nodes: dict[str, str], address: str, task: str) -> dict:
     except OSError:
         raise ClusterConfigError(f"the host of {task} ({host!r}) does not resolve", "use a host name or IP "
                                  "address of a machine in the Ray cluster") from None
-    local = ip.startswith("127.") or host in ("localhost", socket.gethostname())
-    node = nodes["local"] if local else nodes.get(ip)
+    node = nodes["local"] if _is_local(host) else nodes.get(ip)
     if node is None:
         known = sorted(k for k in nodes if k != "local")
         raise ClusterConfigError(f"{task}'s host {host} ({ip}) is not a node of the Ray cluster (nodes: {known})",

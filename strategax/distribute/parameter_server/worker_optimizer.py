@@ -33,5 +33,5 @@ class WorkerOptimizer(Optimizer):
         refs = [v._store.ref for v in variables]
         with self._runtime.creating_slots(self._uid, refs, owners):
             group = super()._slots(variables)
-        self._runtime.slots_created(self._uid, refs, group.slots)
+        self._runtime.slots_created(self._uid, refs, group)
         return group

@@ -121,11 +121,13 @@ class WorkerRuntime:
         with self._as(("slot", uid, refs, owners, [])):
             yield
 
-    def slots_created(self, uid: int, refs: list, slots: list) -> None:
-        for slot in slots:
-            if slot._store.ref.key not in self.shadows:
-                self._attach_records(slot)
-        self.created.append((uid, [r.key for r in refs], [s._store.ref for s in slots]))
+    def slots_created(self, uid: int, refs: list, group) -> None:
+        """A slot group was made: its slots get their record variables (a slot this worker
+        already has a copy of, from a function pickled after the coordinator adopted it, keeps
+        that copy), and the coordinator hears of it."""
+        for i, slot in enumerate(group.slots):
+            group.slots[i] = self.shadows.get(slot._store.ref.key) or self._attach_records(slot)
+        self.created.append((uid, [r.key for r in refs], [s._store.ref for s in group.slots]))
 
     def optimizer_of(self, uid: int, *state) -> WorkerOptimizer:
         if uid not in self.optimizers:
