@@ -72,7 +72,7 @@ def test_reads_see_the_current_value(strategy, coordinator):
     assert coordinator.done()
     np.testing.assert_array_equal(w.numpy(), np.full(4, 11.0))
     fetched = coordinator.fetch({"read": coordinator.schedule(read), "plain": 1})
-    assert fetched["plain"] == 1 and isinstance(fetched["read"], sx.PerReplica)
+    assert fetched["plain"] == 1 and isinstance(fetched["read"], sx.Mirrored)  # the same on both replicas
     np.testing.assert_array_equal(np.asarray(fetched["read"].values), np.full((2, 4), 22.0))
 
 
