@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 from jax import lax
 
 from strategax import ir
+from strategax.dialects import from_attr
 
 EVERY_KIND = '''module @kinds attributes {num_replicas = 4, note = "a \\"quoted\\" \\n line"} {
   var @w : f32[2,3] {sync = "on_write", agg = "none"}
@@ -32,7 +33,9 @@ def test_every_attribute_kind_round_trips():
     ir.verify(m)
     const = m.main.body.ops[0].attrs["value"]
     np.testing.assert_array_equal(const, np.array([[1.0, -2.5, 1e-8], [np.inf, -np.inf, 3.0]], np.float32))
-    assert m.main.body.ops[4].attrs["precision"] == (lax.Precision.HIGHEST, lax.Precision.DEFAULT)
+    precision = m.main.body.ops[4].attrs["precision"]  # plain data, and JAX's enum when bound
+    assert precision == (ir.EnumAttr("Precision", "HIGHEST"), ir.EnumAttr("Precision", "DEFAULT"))
+    assert from_attr(precision) == (lax.Precision.HIGHEST, lax.Precision.DEFAULT)
     assert m.attrs["note"] == 'a "quoted" \n line'
 
 

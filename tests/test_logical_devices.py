@@ -21,7 +21,18 @@ _spec.loader.exec_module(mlp)
 
 
 def replica_groups(line: str) -> list[list[int]]:
-    """The replica groups of one HLO collective, expanded to explicit device lists."""
+    """The replica groups of one HLO collective, expanded to explicit device lists, whichever
+    way XLA writes them: listed, iota (`[2,4]<=[8]`), or over named mesh axes (JAX 0.11:
+    `mesh['replica'=2,'l0'=4] {'replica'}`, devices numbered row-major over the mesh)."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\] \{([^}]*)\}", line)
+    if m:
+        axes = [(name.strip("'"), int(size)) for name, size in (a.split("=") for a in m.group(1).split(","))]
+        over = {a.strip().strip("'") for a in m.group(2).split(",") if a.strip()}
+        ids = np.arange(int(np.prod([size for _, size in axes]))).reshape([size for _, size in axes])
+        order = [i for i, (name, _) in enumerate(axes) if name not in over] + \
+                [i for i, (name, _) in enumerate(axes) if name in over]
+        size = int(np.prod([size for name, size in axes if name in over]))
+        return sorted(sorted(g) for g in ids.transpose(order).reshape(-1, size).tolist())
     m = re.search(r"replica_groups=\{(\{[\d,{}]*\})\}", line)
     if m:
         return sorted(sorted(int(d) for d in g.split(",")) for g in re.findall(r"\{([\d,]+)\}", m.group(1)))
@@ -211,7 +222,9 @@ PROPAGATE_BEFORE = """module @m attributes {num_replicas = 1, logical_axes = (("
 def test_propagate_sharding_forward_through_dot_elementwise_and_reduction():
     # Intent: the annotation flows to the dot's output (the split free dimension), through the
     # elementwise op, and a reduction over the split dimension leaves a replicated value.
-    module = sx.passes.get_pass("propagate-sharding").apply(sx.ir.parse(PROPAGATE_BEFORE))
+    module = sx.ir.parse(PROPAGATE_BEFORE)
+    assert sx.passes.get_pass("propagate-sharding").apply(module)  # it changed the module
+    assert not sx.passes.get_pass("propagate-sharding").apply(module)  # and a second run does not
     text = sx.ir.print_module(module)
     assert "%w: f32[16,32] mirrored split[{}, {l0, l1}]" in text
     assert "%h = jax.dot_general" in text and "f32[8,32] per_replica split[{}, {l0, l1}]" in text

@@ -4,7 +4,9 @@ least recently used evicted; frequent retracing logs a warning, `retracing`)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
@@ -24,6 +26,7 @@ from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
+from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
@@ -50,6 +53,8 @@ class _Compiled:
         self.var_slots = [(v._store, lay) for v, lay in
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
+        self.variables = list(variables)
+        self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -86,7 +91,7 @@ class _Compiled:
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)
-        leaves = []
+        leaves, one = [], self.strategy.num_replicas_in_sync == 1
         for kind, index in self.out_plan:
             if kind == STATIC:
                 leaves.append(index)
@@ -96,7 +101,9 @@ class _Compiled:
                 leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
-            if layout.per_replica:
+            if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
+                leaves.append(array)
+            elif layout.per_replica:
                 leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
                               else PerReplicaBatch._from_global_batch(
                                   array, layout, sig.batch._counts, sig.batch._count_value))
@@ -105,6 +112,11 @@ class _Compiled:
             else:
                 leaves.append(array)
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+
+def _miss(args) -> object:
+    """No shortcut: every call takes the full path."""
+    return MISS
 
 
 def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> DistributionTypeError:
@@ -141,6 +153,7 @@ class StrategyFunction:
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
         self._fast: FastCall | None = None  # the last call's shortcut (trace/fast_call.py)
+        self._fast_call = _miss  # its generated call
         self._cache_size = cache_size()
         self._reduce_retracing = bool(reduce_retracing)
         # the retracing warning: counted per Python function (`origin`: the user's function a
@@ -161,13 +174,9 @@ class StrategyFunction:
             return self._fn(*args, **kwargs)
         if self._input_signature is not None:
             args, kwargs = check_arguments(self._input_signature, args, kwargs), {}
-        fast = self._fast
-        if fast is not None and not kwargs:
-            out = fast.call(args)
+        if not kwargs:
+            out = self._fast_call(args)  # the last program's shortcut (trace/fast_call.py), or MISS
             if out is not MISS:
-                detector = self._detector
-                detector.calls += 1
-                fast.compiled.last_call = detector.calls
                 return out
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
                         self._reduce_retracing)
@@ -190,7 +199,8 @@ class StrategyFunction:
             compiled.inputs.done(sig)
         if not kwargs and compiled.fast_builds < MAX_BUILDS:  # after the call: global arrays known
             compiled.fast_builds += 1
-            self._fast = FastCall.build(compiled, sig, args)
+            self._fast = FastCall.build(compiled, sig, args, self._detector)
+            self._fast_call = _miss if self._fast is None else self._fast.call
         return out
 
     # --- tracing and compiling ------------------------------------------------------------
@@ -342,9 +352,31 @@ class StrategyFunction:
         """The optimised HLO text XLA compiled (what actually runs)."""
         return self.lowered(*args, **kwargs).compile().as_text()
 
-    def stats(self, *args, **kwargs):
-        """Collectives per step: count, bytes moved per replica, and each one's reason and line."""
-        return collective_stats(self._specialization(args, kwargs)[0].module)
+    def stats(self, *args, **kwargs) -> StepStats:
+        """Collectives per step (count, bytes moved per replica, each one's reason and line) and
+        `.memory`, bytes per device from XLA's analysis of the compiled program (on first use)."""
+        collectives = collective_stats(self._specialization(args, kwargs)[0].module)
+        return StepStats(collectives.num_replicas, collectives.collectives,
+                         memory_of=lambda: self._memory(args, kwargs))
+
+    def report(self, *args, path: str | os.PathLike | None = None, **kwargs):
+        """One self-contained HTML page about the program for these arguments: the IR coloured by
+        locality (regions folded), the collectives with their bytes, reasons, lines and the pass
+        that inserted each, the IR after each pass, compile times, memory and the dataflow graph.
+        Written to `path` (which is returned) when given, else returned as text."""
+        page = render_report(build_report(self, args, kwargs))
+        if path is None:
+            return page
+        Path(path).write_text(page, encoding="utf-8")
+        return Path(path)
+
+    def _memory(self, args, kwargs) -> MemoryStats:
+        compiled, global_args = self._lowering_args(args, kwargs)
+        if compiled.memory is None:
+            lowered = compiled.executable.lower(*global_args)
+            compiled.memory = memory_stats(lowered.compile().memory_analysis(),
+                                           compiled.executable.in_layouts, compiled.variables)
+        return compiled.memory
 
     def __repr__(self) -> str:
         return f"<strategax function {self._name} ({len(self._cache)} compiled)>"

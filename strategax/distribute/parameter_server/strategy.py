@@ -159,9 +159,9 @@ class ParameterServerStrategy(Strategy):
         if uid is None:
             uid = self._optimizer_ids[optimizer] = next(_OPTIMIZER_IDS)
             self._optimizers[uid] = optimizer
+        state = {k: v for k, v in vars(optimizer).items() if k not in ("_strategy", "_groups", "_pending")}
         groups = [(g.variables, g.slots) for g in optimizer._groups.values()]
-        return current.worker_optimizer, (uid, optimizer.tx, optimizer.name, optimizer.iterations, groups,
-                                          list(optimizer._pending.values()))
+        return current.worker_optimizer, (uid, state, groups, list(optimizer._pending.values()))
 
     def _adopt_slots(self, uid: int, var_keys: list, slot_refs: list) -> None:
         """A worker made optimizer `uid`'s slots for these variables: the optimizer here adopts them."""

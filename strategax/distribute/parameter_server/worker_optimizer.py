@@ -15,11 +15,12 @@ class WorkerOptimizer(Optimizer):
     """An optimizer rebuilt in a worker from the coordinator's (`rebuild`)."""
 
     @classmethod
-    def rebuild(cls, runtime, uid: int, tx, name: str, iterations, groups: list, pending: list) -> "WorkerOptimizer":
+    def rebuild(cls, runtime, uid: int, state: dict, groups: list, pending: list) -> "WorkerOptimizer":
+        """From the coordinator's optimizer: its attributes (tx, iterations, loss scale, ...;
+        variables as this worker's copies), its slot groups and restored slots not yet used."""
         self = cls.__new__(cls)
-        self._tx, self._name, self._strategy = tx, name, runtime.strategy
-        self._runtime, self._uid = runtime, uid
-        self.iterations = iterations
+        vars(self).update(state)
+        self._strategy, self._runtime, self._uid = runtime.strategy, runtime, uid
         self._groups = {frozenset(id(v) for v in variables): SlotGroup.adopt(self, variables, slots)
                         for variables, slots in groups}
         self._pending = {id(var): (var, values) for var, values in pending}
