@@ -1,7 +1,8 @@
 """Steps per second of a small model trained on parameter servers (ParameterServerStrategy on a
 local Ray cluster: 1, 2 and 4 workers of one CPU device each, 1 parameter server), against the
 same step as a local `strategy.function` call (OneDeviceStrategy) and hand-written in JAX
-(`jax.jit`, parameters kept on the device), all in this process's view, timed interleaved.
+(`jax.jit`, parameters kept on the device), all in this process's view, timed interleaved; and a
+no-op Ray actor call, the unit of the scheduled step's cost.
 
 The model: an MLP 64-128-10 (9.6k parameters, 38 KB), a batch of 64, SGD. Each scheduled step
 fetches the parameters from the server, runs the compiled step on the worker and sends the
@@ -93,6 +94,23 @@ def make_ps(workers: int):
     return run
 
 
+def make_ray_round_trip():
+    """A no-op Ray actor call: the unit a scheduled step pays several of."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Echo:
+        def echo(self, x=None):
+            return x
+
+    echo = Echo.remote()
+
+    def run(n):
+        for _ in range(n):
+            ray.get(echo.echo.remote())
+    return run
+
+
 def timed(run, n: int) -> float:
     start = time.perf_counter()
     run(n)
@@ -108,7 +126,8 @@ def main() -> None:
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    runs = {"jax.jit, one device": make_jax(), "strategy.function, one device": make_local()}
+    runs = {"jax.jit, one device": make_jax(), "strategy.function, one device": make_local(),
+            "a no-op Ray actor call": make_ray_round_trip()}
     for w in [int(w) for w in args.workers.split(",")]:
         runs[f"schedule, {w} worker{'s' if w > 1 else ''} + 1 ps"] = make_ps(w)
     for run in runs.values():
