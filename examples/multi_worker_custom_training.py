@@ -142,8 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         multi_worker_dataset = strategy.distribute_datasets_from_function(
             lambda input_context: dataset_fn(global_batch_size, input_context, **data))
-        # Keras' RMSprop: rho 0.9, epsilon 1e-7 added outside the square root
-        optimizer = sx.Optimizer(optax.rmsprop(learning_rate=0.001, decay=0.9, eps=1e-7, eps_in_sqrt=False))
+        # Keras' RMSprop: rho 0.9, epsilon 1e-7 (inside the square root, as optax's)
+        optimizer = sx.Optimizer(optax.rmsprop(learning_rate=0.001, decay=0.9, eps=1e-7))
         train_accuracy = sx.metrics.SparseCategoricalAccuracy(name='train_accuracy')
 
     @strategy.function

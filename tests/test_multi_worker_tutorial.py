@@ -36,7 +36,7 @@ def reference(epochs: int, restart: int | None = None) -> dict:
     x, y = x / np.float32(255), y.astype(np.int32)
     model = build_cnn_model(SIZE, FILTERS, UNITS)
     params = model.init(jax.random.key(0), jnp.zeros((1, SIZE, SIZE)))
-    tx = optax.rmsprop(0.001, decay=0.9, eps=1e-7, eps_in_sqrt=False)
+    tx = optax.rmsprop(0.001, decay=0.9, eps=1e-7)
     state = tx.init(params)
 
     def loss_fn(p, bx, by):
