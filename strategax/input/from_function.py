@@ -16,7 +16,7 @@ from ..errors import DistributionValueError
 from .context import InputContext
 from .dataset import _Dataset, check_iterable, host_iterator, is_one_shot
 from .place import place_local, place_pieces
-from .split import batch_leaves
+from .split import BatchError, batch_leaves
 
 
 class DatasetsFromFunction(_Dataset):
@@ -110,9 +110,10 @@ def across_workers(strategy, it: Iterator, exchange: Callable[[str], list[str]])
                     "leaves": [[str(x.dtype), list(x.shape[1 - scalars:])] for x in leaves[0]]}
         every = [json.loads(line) for line in exchange(json.dumps(mine))]
         if k * len(every) != n:
-            raise DistributionValueError(
-                f"every worker must hold the same number of replicas: this one holds {k} of {n} over "
-                f"{len(every)} workers (TensorFlow requires it too)", "give every worker process the same number of devices")
+            raise BatchError(  # named at the user's loop line, in the consumer's thread
+                DistributionValueError, f"every worker must hold the same number of replicas: this one holds "
+                f"{k} of {n} over {len(every)} workers (TensorFlow requires it too)",
+                "give every worker process the same number of devices")
         if not any(w["counts"] for w in every):
             return
         _check_alike(every)
@@ -122,9 +123,10 @@ def across_workers(strategy, it: Iterator, exchange: Callable[[str], list[str]])
             yield place_local(strategy._mesh, [list(p) for p in zip(*leaves)], treedef, None, None)
             continue
         if template is None:
-            raise DistributionValueError(
-                "this worker's dataset_fn gave no element, but the other workers' did: it has nothing to "
-                "make its replicas' empty batches of", "give every worker's dataset at least one element")
+            raise BatchError(
+                DistributionValueError, "this worker's dataset_fn gave no element, but the other workers' did: "
+                "it has nothing to make its replicas' empty batches of",
+                "give every worker's dataset at least one element")
         counts = [c for w in every for c in w["counts"] + [0] * (k - len(w["counts"]))]
         rows = max(rows, *counts, 1)
         local = [list(ls) for ls in zip(*leaves)] if step else [[] for _ in template]
@@ -136,6 +138,6 @@ def _check_alike(every: list[dict]) -> None:
     """One element structure on every worker (else their programs would differ)."""
     seen = {json.dumps(w["leaves"]) for w in every if w["leaves"] is not None}
     if len(seen) > 1:
-        raise DistributionValueError(
-            f"the workers' dataset_fn elements differ in dtype or shape beyond the batch axis: {sorted(seen)}",
-            "make every worker's dataset_fn give elements of one structure, dtype and shape")
+        raise BatchError(
+            DistributionValueError, "the workers' dataset_fn elements differ in dtype or shape beyond the batch "
+            f"axis: {sorted(seen)}", "make every worker's dataset_fn give elements of one structure, dtype and shape")
