@@ -10,6 +10,7 @@ accuracy.
     python examples/digits.py                 # 15 epochs, then held-out accuracy
     python examples/digits.py                 # resumes: 15 more epochs
     python examples/digits.py --fresh         # forget the checkpoints and start over
+    python examples/digits.py --epochs 0 --report digits.html   # the training program's report
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import strategax as sx  # noqa: E402
 
 GLOBAL_BATCH = 128  # 1437 training images: 11 full batches and a partial one of 29
 HIDDEN = 128
+STEPS_PER_CALL = 4  # train_steps: this many steps in one program (one on-device loop)
 LEARNING_RATE = 3e-3
 DEFAULT_CKPT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits_checkpoints")
 
@@ -77,24 +79,33 @@ def loss_fn(params: dict, x, y):
 
 
 def make_training(strategy: sx.Strategy):
-    """Variables, optimizer, checkpoint and the compiled train and evaluation steps."""
+    """Variables, optimizer, checkpoint, the compiled train and evaluation steps, and
+    `train_steps`: STEPS_PER_CALL training steps in one program, each taking its batch from an
+    iterator of the distributed dataset inside one on-device loop (the report shows it)."""
     with strategy.scope():
         params = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
         optimizer = sx.Optimizer(optax.adam(LEARNING_RATE))
         epoch = sx.Variable(0, trainable=False, name="epoch")
     checkpoint = sx.Checkpoint(params=params, optimizer=optimizer, epoch=epoch)
 
+    def replica_step(batch):
+        x, y = batch
+        values = {k: v.read_value() for k, v in params.items()}
+        (_, per_example), grads = jax.value_and_grad(loss_fn, has_aux=True)(values, x, y)
+        optimizer.apply_gradients([(grads[k], params[k]) for k in params])
+        return per_example
+
     @strategy.function
     def train_step(batch):
-        def replica_fn(batch):
-            x, y = batch
-            values = {k: v.read_value() for k, v in params.items()}
-            (_, per_example), grads = jax.value_and_grad(loss_fn, has_aux=True)(values, x, y)
-            optimizer.apply_gradients([(grads[k], params[k]) for k in params])
-            return per_example
-
-        per_example = strategy.run(replica_fn, args=(batch,))
+        per_example = strategy.run(replica_step, args=(batch,))
         return strategy.reduce(sx.ReduceOp.MEAN, per_example, axis=0)  # true count, partial too
+
+    @strategy.function
+    def train_steps(iterator):
+        for _ in sx.range(STEPS_PER_CALL):
+            per_example = strategy.run(replica_step, args=(next(iterator),))
+            loss = strategy.reduce(sx.ReduceOp.MEAN, per_example, axis=0)
+        return loss  # the last step's
 
     @strategy.function
     def eval_step(batch):
@@ -106,7 +117,7 @@ def make_training(strategy: sx.Strategy):
         correct = strategy.run(replica_fn, args=(batch,))
         return strategy.reduce(sx.ReduceOp.SUM, correct, axis=0)
 
-    return params, optimizer, epoch, checkpoint, train_step, eval_step
+    return params, optimizer, epoch, checkpoint, train_step, eval_step, train_steps
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -115,6 +126,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ckpt-dir", default=DEFAULT_CKPT_DIR, help="where checkpoints go")
     parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--report", metavar="PATH", help="write the HTML report of train_steps to PATH")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
@@ -125,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     (x_train, y_train), (x_test, y_test) = load_data()
     print(f"data: {len(x_train)} training and {len(x_test)} held-out 8x8 digits, "
           f"global batch {GLOBAL_BATCH} (last batch {len(x_train) % GLOBAL_BATCH})")
-    params, optimizer, epoch, checkpoint, train_step, eval_step = make_training(strategy)
+    params, optimizer, epoch, checkpoint, train_step, eval_step, train_steps = make_training(strategy)
 
     manager = sx.CheckpointManager(checkpoint, args.ckpt_dir, max_to_keep=3, async_save=True)
     latest = manager.restore_or_initialize()
@@ -135,6 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     train_batches = batches(x_train, y_train)
     train_data = strategy.experimental_distribute_dataset(train_batches)
     test_data = strategy.experimental_distribute_dataset(batches(x_test, y_test))
+    if args.report:  # compiles train_steps; takes no batch from the iterator
+        print(f"report of train_steps written to {train_steps.report(iter(train_data), path=args.report)}")
 
     losses = []
     for e in range(start, start + args.epochs):

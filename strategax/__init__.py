@@ -12,9 +12,16 @@ from .errors import (CheckpointError, DistributionRuntimeError, DistributionType
                      OutOfRangeError, StrategaxError)
 from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions, Optional
 from .trace import (DistributedValues, Mirrored, PerReplica, StrategyFunction, TensorSpec, import_jaxpr,  # noqa: A004
-                    range)
+                    profile, range)
 from .variables import (MirroredVariable, Optimizer, SyncOnReadVariable, Variable, VariableAggregation,
                         VariableSynchronization)
+
+from .tools.report import render_report as _render_report
+from .trace.inspection import use_renderer as _use_renderer
+
+# f.report() lives in trace/, its HTML in tools/ (a layer above, which trace/ may not import):
+# the package hands the renderer down once, here (docs/architecture.md).
+_use_renderer(_render_report)
 
 __version__ = "0.1.0"
 __all__ = [
@@ -24,5 +31,5 @@ __all__ = [
     "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica", "PreemptionCheckpointHandler",
     "Optional", "StrategaxError", "StrategyFunction", "TensorSpec",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
-    "WorkerLostError", "import_jaxpr", "latest_checkpoint", "range",
+    "WorkerLostError", "import_jaxpr", "latest_checkpoint", "profile", "range",
 ]

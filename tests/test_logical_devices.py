@@ -211,7 +211,9 @@ PROPAGATE_BEFORE = """module @m attributes {num_replicas = 1, logical_axes = (("
 def test_propagate_sharding_forward_through_dot_elementwise_and_reduction():
     # Intent: the annotation flows to the dot's output (the split free dimension), through the
     # elementwise op, and a reduction over the split dimension leaves a replicated value.
-    module = sx.passes.get_pass("propagate-sharding").apply(sx.ir.parse(PROPAGATE_BEFORE))
+    module = sx.ir.parse(PROPAGATE_BEFORE)
+    assert sx.passes.get_pass("propagate-sharding").apply(module)  # it changed the module
+    assert not sx.passes.get_pass("propagate-sharding").apply(module)  # and a second run does not
     text = sx.ir.print_module(module)
     assert "%w: f32[16,32] mirrored split[{}, {l0, l1}]" in text
     assert "%h = jax.dot_general" in text and "f32[8,32] per_replica split[{}, {l0, l1}]" in text

@@ -215,3 +215,24 @@ def test_update_recipe_in_replica_context(n):
     st.run(step_batch)
     assert_mirrored(a, rec["batch_reduce_to_update_eager_again"]["a_after"])
     assert_mirrored(b, rec["batch_reduce_to_update_eager_again"]["b_after"])
+
+
+def test_identical_eager_updates_compile_once(monkeypatch):
+    # Intent: three identical eager extended.update calls with a PerReplica argument on a
+    # sync-on-read variable build one program (cached like an eager run), and each copy adds
+    # its own component every time (NumPy's running sums).
+    from strategax.trace.function import StrategyFunction
+    builds = []
+    original = StrategyFunction._build
+    monkeypatch.setattr(StrategyFunction, "_build", lambda self, *a, **k: builds.append(1) or original(self, *a, **k))
+    strategy = sx.MirroredStrategy()
+    with strategy.scope():
+        v = sx.Variable(np.zeros(3, np.float32), synchronization=sx.VariableSynchronization.ON_READ,
+                        aggregation=sx.VariableAggregation.SUM)
+    part = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.full(3, ctx.replica_id_in_sync_group, np.float32))
+    for _ in range(3):
+        strategy.extended.update(v, lambda var, x: var.assign_add(x), args=(part,))
+    assert len(builds) == 1
+    np.testing.assert_array_equal(np.stack([np.asarray(c) for c in v.values]),
+                                  3 * np.arange(8, dtype=np.float32)[:, None].repeat(3, axis=1))

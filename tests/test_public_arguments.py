@@ -20,6 +20,7 @@ PR = S.experimental_distribute_values_from_function(lambda ctx: jnp.ones(3) * ct
 with S.scope():
     V = sx.Variable(jnp.ones(3))
     OPT = sx.Optimizer(optax.sgd(0.1))
+    SCALED = sx.Optimizer(optax.sgd(0.1), loss_scale="dynamic")
 W = object()  # a value of no type any argument takes
 VE, TE, RE = ValueError, TypeError, RuntimeError
 
@@ -181,6 +182,15 @@ case("Variable.assign_sub", "delta", [1.0, 2.0], VE, lambda b: V.assign_sub(b), 
 case("Optimizer", "tx", 3, VE, lambda b: sx.Optimizer(b), here())
 case("Optimizer.apply_gradients", "grads_and_vars", 3, TE, lambda b: OPT.apply_gradients(b), here())
 case("Optimizer.apply_gradients", "grads_and_vars", [(jnp.ones(3), W)], TE, lambda b: OPT.apply_gradients(b), here())
+case("Optimizer", "loss_scale", W, TE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
+case("Optimizer", "loss_scale", True, TE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
+case("Optimizer", "loss_scale", "static", VE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
+case("Optimizer", "loss_scale", -1.0, VE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
+case("Optimizer", "loss_scale", float("inf"), VE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
+case("Optimizer.get_scaled_loss", "loss", "abc", TE, lambda b: SCALED.get_scaled_loss(b), here())
+case("Optimizer.get_scaled_loss", "loss", jnp.ones(3), VE, lambda b: OPT.get_scaled_loss(b), here())
+case("Optimizer.get_unscaled_gradients", "grads", [W], TE, lambda b: SCALED.get_unscaled_gradients(b), here())
+case("Optimizer.get_unscaled_gradients", "grads", [jnp.ones(3)], VE, lambda b: OPT.get_unscaled_gradients(b), here())
 
 # Checkpoints
 case("Checkpoint", "objects", W, VE, lambda b: sx.Checkpoint(a=b), here())

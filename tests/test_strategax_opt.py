@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import pytest
@@ -94,12 +95,13 @@ def test_print_after_all_prints_each_stage(capsys):
 class BreakIt:
     """A broken pass: it makes the all_reduce use a value defined after it."""
 
-    name: str = "break-it"
+    name: ClassVar[str] = "break-it"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         body = module.main.body
         body.ops.append(body.ops.pop(0))  # move %a's definition after its use
-        return module
+        return True
 
 
 def test_verify_each_names_the_pass_those_before_it_and_the_bad_op(monkeypatch):

@@ -17,6 +17,7 @@ from ..dialects.logical import constrain_propagated
 from ..ir import Block, Module, has_collective, is_collective
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
+from .metadata import op_metadata
 
 
 class LoweringContext:
@@ -39,7 +40,8 @@ class LoweringContext:
             rule = LOWERINGS.get(op.name, generic_lowering)
             if self._collectives_are_identities and _is_collective(op):
                 rule = _identity
-            outs = rule(op, [env[id(v)] for v in op.operands], self)
+            with op_metadata(op):  # XLA's metadata names the IR op and the user's line
+                outs = rule(op, [env[id(v)] for v in op.operands], self)
             for r, x in zip(op.results, outs):
                 env[id(r)] = constrain_propagated(op, r, x, self)
         return [env[id(v)] for v in block.results]
@@ -82,6 +84,8 @@ class Executable:
             ctx.vars = {v.name: x for v, x in zip(module.vars, args[nargs:])}
             outs = ctx.run_block(main.body, args[:nargs]) + [ctx.vars[v.name] for v in module.vars]
             return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
+
+        body.__name__ = body.__qualname__ = module.name  # XLA's module: jit_<name>, in profiles too
 
         mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
                                out_specs=tuple(l.spec for l in out_layouts), check_vma=False,

@@ -1,8 +1,10 @@
 """What a `Checkpoint` stores, by name: the objects given to it flattened to paths.
 
-A variable is stored at its path (`("params", "w1")`); an optimizer at path `o` stores
-`o + ("iterations",)` and each slot at `o + ("slots",) + <its variable's path> + <optax state
-path>`, e.g. `("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
+A variable is stored at its path (`("params", "w1")`); an optimizer at path `o` stores its
+non-slot variables at `o + ("iterations",)` (with a dynamic loss scale also
+`o + ("loss_scale", "current_loss_scale")` and `o + ("loss_scale", "good_steps")`) and each
+slot at `o + ("slots",) + <its variable's path> + <optax state path>`, e.g.
+`("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
 path joined with "." (`params.w1`), so two paths that join to the same name, a key that is not
 a non-empty string, or a slot whose variable the checkpoint does not hold cannot be stored
 faithfully: they raise `CheckpointError` at save time instead of losing a value.
@@ -74,7 +76,8 @@ def stored(objects: Objects) -> dict[Path, Variable]:
     entries = dict(objects.variables)
     paths = objects.path_of()
     for opt_path, opt in objects.optimizers.items():
-        entries[opt_path + ("iterations",)] = opt.iterations
+        for sub_path, var in opt.non_slot_variables().items():
+            entries[opt_path + sub_path] = var
         for var, state_path, slot in opt.slot_variables():
             if id(var) not in paths:
                 raise CheckpointError(

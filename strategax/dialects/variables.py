@@ -24,7 +24,7 @@ from jax.interpreters import ad, batching
 from .. import _context
 from ..errors import DistributionValueError
 from ..ir import (READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, Attr, Enum, Flag, Int, Locality,
-                  OpDef, Operation, Str, declare)
+                  OpDef, Operation, Str, SymbolRef, declare)
 from .collectives import primitive
 from .effects import VARIABLE
 from .registry import LOWERINGS, REFERENCE
@@ -33,6 +33,14 @@ CONTEXTS = ("replica", "cross_replica")
 SYNCS = ("on_write", "on_read")
 AGGREGATIONS = ("none", "sum", "mean", "only_first_replica")
 UPDATES = ("sx.var_assign", "sx.var_assign_add", "sx.var_assign_sub")
+VARIABLE_OPS = ("sx.var_read",) + UPDATES
+
+
+def variable_of(op: Operation) -> SymbolRef | None:
+    """The variable symbol `op` reads or updates; None for an op that touches no variable."""
+    ref = op.attrs.get("var") if op.name in VARIABLE_OPS else None
+    return ref if isinstance(ref, SymbolRef) else None
+
 
 VAR_ATTRS.update({"sync": Enum(*SYNCS), "agg": Enum(*AGGREGATIONS)})
 _OP_ATTRS = {"var": Attr("symbol"), "ctx": Enum(*CONTEXTS), "reduced": Flag(), "central": Flag()}

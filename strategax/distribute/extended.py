@@ -212,8 +212,11 @@ class StrategyExtended:
         per_replica = any(isinstance(x, PerReplica) for x in
                           jax.tree_util.tree_leaves((args, kwargs), is_leaf=is_distributed))
         if per_replica and not _context.is_tracing():  # one compiled program gives each copy its part
-            return self._strategy.function(
-                lambda a, k: self.update(var, fn, a, k, group), name="update")(tuple(args), kwargs)
+            # cached like an eager run: the same variable, function (by code, defaults and
+            # captures) and grouping reuse one program (the entry keeps `var` alive, so its id holds)
+            return self._strategy._eager(
+                ("update", id(var), function_key(fn), group),
+                lambda: lambda a, k: self.update(var, fn, a, k, group), "update")(tuple(args), kwargs)
         local = per_replica and getattr(var, "_per_replica", False)  # a sync-on-read variable
         args, kwargs = self._update_args((tuple(args), kwargs), per_replica_ok=_context.is_tracing())
         if local:  # each replica writes its own copy, as TensorFlow's per-device update

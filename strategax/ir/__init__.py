@@ -4,8 +4,8 @@ No JAX primitives and no lowering live here: the ops are declared by `strategax.
 from .attr_spec import Attr, Enum, Flag, Int, Str
 from .attributes import ENUMS, RECORDS, Splat, SymbolRef, dense_array
 from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
-                     add_resolver, declare, has_collective, has_effects, is_collective, is_pure,
-                     lookup, op_effects, writes)
+                     UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
+                     is_collective, is_pure, lookup, op_effects, writes)
 from .ops import Block, Func, Location, Module, Operation, VarDecl
 from .parser import ParseError, parse
 from .printer import print_module
@@ -17,8 +17,8 @@ from .verifier import VerifyError, verify
 __all__ = [
     "Attr", "Block", "DTYPES", "ENUMS", "Enum", "Flag", "Func", "Int", "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
-    "RECORDS", "Sharding", "Splat", "Str", "SymbolRef", "TensorType", "VAR_ATTRS", "Value", "VarDecl",
-    "VerifyError", "WRITES_VARIABLE", "add_resolver", "declare", "dense_array", "dtype_name", "has_collective",
+    "RECORDS", "Sharding", "Splat", "Str", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS", "Value",
+    "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array", "dtype_name", "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
     "verify", "writes",
 ]

@@ -62,6 +62,20 @@ def add_resolver(resolve: Callable[[str], OpDef | None]) -> None:
     _RESOLVERS.append(resolve)
 
 
+class UndeclaredOpError(ValueError):
+    """An op that no dialect declares reached code that needs its declaration."""
+
+
+def declaration(op: Operation) -> OpDef:
+    """The declaration of `op`; raises UndeclaredOpError naming the op (and its line) if none."""
+    opdef = lookup(op.name)
+    if opdef is None:
+        where = f" at {op.loc}" if op.loc is not None else ""
+        raise UndeclaredOpError(f"op {op.name!r}{where} is declared by no dialect: strategax does not know "
+                                "what it computes (a typo, or a dialect that was not imported)")
+    return opdef
+
+
 def lookup(name: str) -> OpDef | None:
     """The declaration of op `name`, or None if there is no such op."""
     opdef = OP_DEFS.get(name)

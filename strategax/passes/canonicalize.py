@@ -1,23 +1,21 @@
 """canonicalize: fold ops that do nothing, so later passes see one form of each computation.
 
-Identity conversions, reshapes, transposes, broadcasts and squeezes become their operand;
-`x + 0`, `x - 0`, `x * 1`, `x / 1` (a splat constant of the result's type) become `x`; a
-reshape of a reshape reads the original value.
+`RULES` maps an op name to the value its result equals when it is an identity (None: keep the
+op); one line each, its algebra in the comment. Neutral constants are splat `sx.constant`s of
+the result's type. A reshape of a reshape reads the original value (`_reshape`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, ClassVar
 
 import numpy as np
 
-from ..ir import Block, Module, Operation, Splat, Value
-from .rewrite import all_blocks, replace_uses
+from ..ir import Module, Operation, Splat, Value
+from .rewrite import BlockRewriter, rewrite_blocks
 
-# op -> (splat constant that makes it an identity, which operand positions it may sit in)
-_NEUTRAL = {"jax.add": (0, (0, 1)), "jax.sub": (0, (1,)), "jax.mul": (1, (0, 1)), "jax.div": (1, (1,))}
-_IDENTITIES = {"jax.copy", "jax.copy_p", "jax.optimization_barrier", "jax.convert_element_type",
-               "jax.reshape", "jax.transpose", "jax.broadcast_in_dim", "jax.squeeze"}
-_CANDIDATES = _IDENTITIES | set(_NEUTRAL)
+Constants = dict[Value, "np.ndarray | Splat"]
+Rule = Callable[[Operation, Constants], "Value | None"]
 
 
 def _all_equal(c: np.ndarray | Splat, x) -> bool:
@@ -27,71 +25,80 @@ def _all_equal(c: np.ndarray | Splat, x) -> bool:
     return c.size > 0 and bool((c == x).all())
 
 
-def _identity_of(op: Operation, constants: dict[int, np.ndarray | Splat]) -> Value | None:
-    """The value `op`'s result equals, when op is an identity; else None."""
-    if len(op.results) != 1 or op.regions:
+def _operand(op: Operation, _: Constants) -> Value | None:
+    """The single operand, whatever its type (a copy or a barrier of one value)."""
+    return op.operands[0] if len(op.operands) == 1 else None
+
+
+def _same_type_if(test: Callable[[Operation], bool]) -> Rule:
+    """The single operand when the result has its type and `test(op)` holds."""
+    def rule(op: Operation, _: Constants) -> Value | None:
+        if len(op.operands) == 1 and op.operands[0].type.same_tensor(op.result.type) and test(op):
+            return op.operands[0]
         return None
-    out = op.result.type
-    a = op.attrs
-    if op.name in ("jax.copy", "jax.copy_p", "jax.optimization_barrier"):
-        return op.operands[0] if len(op.operands) == 1 else None
-    if op.name in _NEUTRAL and len(op.operands) == 2:
-        neutral, positions = _NEUTRAL[op.name]
+    return rule
+
+
+def _neutral(neutral: int, positions: tuple[int, ...]) -> Rule:
+    """The other operand when the operand at one of `positions` is the constant `neutral`."""
+    def rule(op: Operation, constants: Constants) -> Value | None:
+        if len(op.operands) != 2:
+            return None
         for k in positions:
-            c = constants.get(id(op.operands[k]))
-            other = op.operands[1 - k]
-            if c is not None and other.type.same_tensor(out) and _all_equal(c, neutral):
+            c, other = constants.get(op.operands[k]), op.operands[1 - k]
+            if c is not None and other.type.same_tensor(op.result.type) and _all_equal(c, neutral):
                 return other
         return None
-    if len(op.operands) != 1 or not op.operands[0].type.same_tensor(out):
-        return None
-    x = op.operands[0]
-    ident = tuple(range(len(out.shape)))
-    if op.name == "jax.convert_element_type":
-        return x
-    if op.name == "jax.reshape" and a.get("dimensions") is None:
-        return x
-    if op.name == "jax.transpose" and tuple(a.get("permutation", ())) == ident:
-        return x
-    if op.name == "jax.broadcast_in_dim" and tuple(a.get("broadcast_dimensions", ())) == ident:
-        return x
-    if op.name == "jax.squeeze" and tuple(a.get("dimensions", ())) == ():
-        return x
-    return None
+    return rule
 
 
-def canonicalize_block(block: Block) -> None:
-    constants: dict[int, np.ndarray | Splat] = {}
-    producer: dict[int, Operation] = {}
-    mapping: dict[int, Value] = {}
-    kept = []
-    for op in block.ops:
-        if any(id(v) in mapping for v in op.operands):
-            op.operands = [mapping.get(id(v), v) for v in op.operands]
+def _identity_dims(key: str) -> Callable[[Operation], bool]:
+    return lambda op: tuple(op.attrs.get(key, ())) == tuple(range(len(op.result.type.shape)))
+
+
+RULES: dict[str, Rule] = {
+    "jax.copy": _operand,                                                     # copy(x) = x
+    "jax.copy_p": _operand,                                                   # copy_p(x) = x
+    "jax.optimization_barrier": _operand,                                     # barrier(x) = x
+    "jax.convert_element_type": _same_type_if(lambda op: True),               # convert(x: T, T) = x
+    "jax.reshape": _same_type_if(lambda op: op.attrs.get("dimensions") is None),  # reshape(x, shape(x)) = x
+    "jax.transpose": _same_type_if(_identity_dims("permutation")),            # transpose(x, (0..n)) = x
+    "jax.broadcast_in_dim": _same_type_if(_identity_dims("broadcast_dimensions")),  # broadcast(x, shape(x)) = x
+    "jax.squeeze": _same_type_if(lambda op: tuple(op.attrs.get("dimensions", ())) == ()),  # squeeze(x, ()) = x
+    "jax.add": _neutral(0, (0, 1)),                                           # x + 0 = 0 + x = x
+    "jax.sub": _neutral(0, (1,)),                                             # x - 0 = x
+    "jax.mul": _neutral(1, (0, 1)),                                           # x * 1 = 1 * x = x
+    "jax.div": _neutral(1, (1,)),                                             # x / 1 = x
+}
+
+
+def _reshape(op: Operation, rw: BlockRewriter) -> None:
+    """reshape(reshape(x)) = reshape(x): the outer reshape reads `x`."""
+    inner = rw.producer(op.operands[0])
+    if inner is not None and inner.name == "jax.reshape" and inner.attrs.get("dimensions") is None:
+        rw.set_operands(op, [inner.operands[0]])
+
+
+def canonicalize_block(rw: BlockRewriter) -> None:
+    """Fold the identities of `rw`'s block."""
+    constants: Constants = {}
+    for op in rw.ops():
         if op.name == "sx.constant":
-            constants[id(op.result)] = op.attrs["value"]
-        same = _identity_of(op, constants) if op.name in _CANDIDATES else None
+            constants[op.result] = op.attrs["value"]
+        rule = RULES.get(op.name)
+        same = rule(op, constants) if rule is not None and len(op.results) == 1 and not op.regions else None
         if same is not None:
-            mapping[id(op.result)] = same
-            continue
-        if op.name == "jax.reshape" and op.attrs.get("dimensions") is None:
-            inner = producer.get(id(op.operands[0]))
-            if inner is not None and inner.name == "jax.reshape" and inner.attrs.get("dimensions") is None:
-                op.operands = [inner.operands[0]]
-        if op.name == "jax.reshape":
-            producer[id(op.result)] = op
-        kept.append(op)
-    block.ops[:] = kept
-    replace_uses(block, mapping)
+            rw.replace(op, [same])
+        elif op.name == "jax.reshape" and op.attrs.get("dimensions") is None:
+            _reshape(op, rw)
 
 
 @dataclass(frozen=True)
 class Canonicalize:
     """Fold identity ops and neutral arithmetic."""
 
-    name: str = "canonicalize"
+    name: ClassVar[str] = "canonicalize"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
-        for block in all_blocks(module):
-            canonicalize_block(block)
-        return module
+    def apply(self, module: Module) -> bool:
+        return rewrite_blocks(module, canonicalize_block)

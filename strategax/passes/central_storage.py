@@ -8,66 +8,63 @@ update is the "reduce to parameter device". Other modules pass through unchanged
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..dialects.variables import UPDATES
+from ..dialects.variables import UPDATES, variable_of
 from ..ir import Block, Module, Operation, Value
-from .rewrite import all_blocks, replace_value_after
+from .rewrite import BlockRewriter, rewrite_blocks
 
 BROADCAST_REASON = "CentralStorage broadcast"
 REDUCE_REASON = "reduce to parameter device"
 
 
-def _broadcast_reads(block: Block, decls: dict, source: int) -> None:
-    out: list[Operation] = []
-    pending = list(block.ops)
-    for i, op in enumerate(pending):
-        out.append(op)
+def _broadcast_reads(block: Block, decls: dict, source: int) -> bool:
+    rw = BlockRewriter(block)
+    changed = False
+    for op in rw.ops():
         for region in op.regions:
-            _broadcast_reads(region, decls, source)
-        decl = decls.get(op.attrs["var"].name) if op.name == "sx.var_read" else None
+            changed |= _broadcast_reads(region, decls, source)
+        decl = decls.get(variable_of(op).name) if op.name == "sx.var_read" else None
         if (decl is None or op.attrs.get("ctx") != "replica" or decl.attrs.get("sync") != "on_write"
                 or op.attrs.get("central")):
             continue
-        op.attrs = {**op.attrs, "central": True}
-        result = Value(op.result.type.with_locality(None))
-        out.append(Operation("sx.broadcast", [op.result], [result],
-                             {"source": source, "reason": BROADCAST_REASON}, loc=op.loc))
-        replace_value_after(pending[i + 1:], block.results, op.result, result)
-    block.ops[:] = out
+        rw.set_attrs(op, central=True)
+        cast = Operation("sx.broadcast", [op.result], [Value(op.result.type.with_locality(None))],
+                         {"source": source, "reason": BROADCAST_REASON}, loc=op.loc)
+        rw.insert_after(op, [cast])
+        rw.replace_uses(op.result, cast.result, except_in=[cast])
+    return rw.commit() or changed
 
 
-def _name_reductions(block: Block) -> None:
+def _name_reductions(rw: BlockRewriter) -> None:
     """An all_reduce whose value (through any ops of this block) reaches a variable update."""
-    origins: dict[int, set[int]] = {}  # value id -> ids of the all_reduce ops it derives from
-    reduces = {}
-    for op in block.ops:
-        src = set().union(*(origins.get(id(v), set()) for v in op.operands)) if op.operands else set()
+    origins: dict[Value, set[Operation]] = {}  # value -> the all_reduce ops it derives from
+    for op in rw.ops():
+        src = set().union(*(origins.get(v, set()) for v in op.operands))
         if op.name == "sx.all_reduce":
-            reduces[id(op)] = op
-            src = src | {id(op)}
+            src = src | {op}
         if op.name in UPDATES:
-            for k in src:
-                r = reduces[k]
+            for r in src:
                 reason = r.attrs.get("reason", "")
                 if not reason.startswith(REDUCE_REASON):
-                    r.attrs = {**r.attrs, "reason": f"{REDUCE_REASON} ({reason})" if reason else REDUCE_REASON}
+                    rw.set_attrs(r, reason=f"{REDUCE_REASON} ({reason})" if reason else REDUCE_REASON)
         for r in op.results:
-            origins[id(r)] = src
+            origins[r] = src
 
 
 @dataclass(frozen=True)
 class CentralStorage:
     """Broadcast variables from, and name reductions to, the parameter device."""
 
-    name: str = "central-storage"
+    name: ClassVar[str] = "central-storage"
+    requires: ClassVar[tuple[str, ...]] = ("insert-collectives",)
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         source = module.attrs.get("parameter_replica")
         if source is None:
-            return module
+            return False
         decls = {v.name: v for v in module.vars}
+        changed = False
         for f in module.funcs:
-            _broadcast_reads(f.body, decls, int(source))
-        for block in all_blocks(module):
-            _name_reductions(block)
-        return module
+            changed |= _broadcast_reads(f.body, decls, int(source))
+        return rewrite_blocks(module, _name_reductions) or changed

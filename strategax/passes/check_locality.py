@@ -14,8 +14,9 @@ Updates inside `cond`/`while`/`scan` are otherwise checked like any other.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..dialects.variables import UPDATES
+from ..dialects.variables import UPDATES, variable_of
 from ..errors import DistributionRuntimeError, DistributionValueError, StrategaxError
 from ..ir import Block, Locality, Module, Operation, is_collective
 
@@ -48,9 +49,8 @@ def _check_op(op: Operation, decls: dict, divergent: str | None) -> None:
             f"{op.name}{f' ({reason})' if reason else ''} runs inside {divergent}: the replicas "
             "that skip it would leave the others waiting (the program would hang)",
             _DIVERGE_FIX, location=_where(op))
-    if not op.name.startswith("sx.var_") or "var" not in op.attrs:
-        return
-    decl = decls.get(op.attrs["var"].name)
+    var = variable_of(op)
+    decl = decls.get(var.name) if var is not None else None
     if decl is None:
         return
     sync, agg, ctx = decl.attrs.get("sync"), decl.attrs.get("agg"), op.attrs.get("ctx")
@@ -99,10 +99,11 @@ def check_block(block: Block, decls: dict, divergent: str | None = None) -> None
 class CheckLocality:
     """Raise, naming the user's line, where a variable rule of tf.distribute is broken."""
 
-    name: str = "check-locality"
+    name: ClassVar[str] = "check-locality"
+    requires: ClassVar[tuple[str, ...]] = ("insert-collectives", "infer-locality")
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         decls = {v.name: v for v in module.vars}
         for f in module.funcs:
             check_block(f.body, decls)
-        return module
+        return False

@@ -4,43 +4,29 @@ regions or effects (a variable read or write) are left alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..ir import Block, Module, Value, is_pure
-from .rewrite import all_blocks, op_key, replace_uses
+from ..ir import Module, Value, is_pure
+from .rewrite import BlockRewriter, op_key, rewrite_blocks
 
 
-def cse_block(block: Block) -> int:
-    """Merge duplicate ops of `block` in place; returns how many were removed."""
-    table: dict[tuple, list[Value]] = {}
-    mapping: dict[int, Value] = {}
-    kept = []
-    for op in block.ops:
-        if any(id(v) in mapping for v in op.operands):
-            op.operands = [mapping.get(id(v), v) for v in op.operands]
+def cse_block(rw: BlockRewriter) -> None:
+    """Merge the duplicate ops of `rw`'s block."""
+    first: dict[tuple, list[Value]] = {}
+    for op in rw.ops():
         if op.regions or not is_pure(op):
-            kept.append(op)
             continue
-        key = op_key(op)
-        first = table.get(key)
-        if first is None:
-            table[key] = op.results
-            kept.append(op)
-            continue
-        for r, f in zip(op.results, first):
-            mapping[id(r)] = f
-    removed = len(block.ops) - len(kept)
-    block.ops[:] = kept
-    replace_uses(block, mapping)
-    return removed
+        earlier = first.setdefault(op_key(op), op.results)
+        if earlier is not op.results:
+            rw.replace(op, earlier)
 
 
 @dataclass(frozen=True)
 class CommonSubexpressionElimination:
     """Reuse the first of several identical ops."""
 
-    name: str = "cse"
+    name: ClassVar[str] = "cse"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
-        for block in all_blocks(module):
-            cse_block(block)
-        return module
+    def apply(self, module: Module) -> bool:
+        return rewrite_blocks(module, cse_block)

@@ -3,31 +3,36 @@ holding one) always stay. What counts as a write is the op declaration's (`ir.wr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..ir import Block, Module, writes
+from .rewrite import BlockRewriter
 
 
-def dce_block(block: Block) -> None:
-    live = set(map(id, block.results))
-    kept = []
+def dce_block(block: Block) -> bool:
+    """Erase the dead ops of `block` and, inside the ops that stay, of their regions."""
+    rw = BlockRewriter(block)
+    live = set(block.results)
+    changed = False
     for op in reversed(block.ops):
-        if not any(id(r) in live for r in op.results) and not writes(op):
+        if not writes(op) and not any(r in live for r in op.results):
+            rw.erase(op)
             continue
         for region in op.regions:
-            dce_block(region)
-        live.update(id(v) for v in op.operands)
-        kept.append(op)
-    kept.reverse()
-    block.ops[:] = kept
+            changed |= dce_block(region)
+        live.update(op.operands)
+    return rw.commit() or changed
 
 
 @dataclass(frozen=True)
 class DeadCodeElimination:
     """Remove ops whose results are unused."""
 
-    name: str = "dce"
+    name: ClassVar[str] = "dce"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
+        changed = False
         for f in module.funcs:
-            dce_block(f.body)
-        return module
+            changed |= dce_block(f.body)
+        return changed

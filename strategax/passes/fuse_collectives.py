@@ -12,9 +12,10 @@ logical devices are not packed (run after `propagate-sharding`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..ir import Block, Module, Operation, Value
-from .rewrite import all_blocks, replace_uses, topological_sort
+from .rewrite import BlockRewriter, rewrite_blocks
 
 
 class _Bucket:
@@ -35,11 +36,11 @@ def plan_buckets(block: Block, default_bytes_per_pack: int = 0) -> list[list[Ope
     """The buckets of `block`'s all_reduces, each a list of ops in program order."""
     current: dict[tuple, _Bucket] = {}
     buckets: list[_Bucket] = []
-    depends: dict[int, frozenset] = {}  # value id -> buckets (by index) it depends on
+    depends: dict[Value, frozenset] = {}  # value -> buckets (by index) it depends on
     for op in block.ops:
         deps = frozenset()
         for v in op.operands:
-            d = depends.get(id(v))
+            d = depends.get(v)
             if d:
                 deps |= d
         if op.name == "sx.all_reduce" and _packable(op.result):
@@ -61,11 +62,11 @@ def plan_buckets(block: Block, default_bytes_per_pack: int = 0) -> list[list[Ope
             live = frozenset(i for i in deps if buckets[i].open)
             if live:
                 for r in op.results:
-                    depends[id(r)] = live
+                    depends[r] = live
     return [b.members for b in buckets]
 
 
-def _bucket_op(members: list[Operation]) -> tuple[Operation, dict[int, Value]]:
+def _bucket_op(members: list[Operation]) -> Operation:
     first = members[0]
     results = [Value(m.result.type, m.result.name) for m in members]
     reasons = [m.attrs.get("reason", "") for m in members]
@@ -75,39 +76,30 @@ def _bucket_op(members: list[Operation]) -> tuple[Operation, dict[int, Value]]:
              "reasons": reasons, "locs": locs}
     if "bytes_per_pack" in first.attrs:
         attrs["bytes_per_pack"] = first.attrs["bytes_per_pack"]
-    op = Operation("sx.all_reduce_bucket", [m.operands[0] for m in members], results, attrs,
-                   loc=members[-1].loc)
-    return op, {id(m.result): r for m, r in zip(members, results)}
+    return Operation("sx.all_reduce_bucket", [m.operands[0] for m in members], results, attrs,
+                     loc=members[-1].loc)
 
 
-def fuse_block(block: Block, default_bytes_per_pack: int = 0) -> int:
-    """Fuse `block`'s all_reduces in place; returns how many buckets were made."""
-    plan = [b for b in plan_buckets(block, default_bytes_per_pack) if len(b) > 1]
-    if not plan:
-        return 0
-    at_last: dict[int, Operation] = {}
-    dropped: set[int] = set()
-    mapping: dict[int, Value] = {}
-    for members in plan:
-        op, m = _bucket_op(members)
-        mapping.update(m)
-        at_last[id(members[-1])] = op
-        dropped.update(id(x) for x in members)
-    block.ops[:] = [at_last.get(id(op), op) for op in block.ops
-                    if id(op) not in dropped or id(op) in at_last]
-    replace_uses(block, mapping)
-    topological_sort(block)
-    return len(plan)
+def fuse_block(rw: BlockRewriter, default_bytes_per_pack: int = 0) -> None:
+    """Fuse the all_reduces of `rw`'s block: each bucket's op takes its last member's place, and
+    the ops that read an earlier member move after it."""
+    for members in plan_buckets(rw.block, default_bytes_per_pack):
+        if len(members) < 2:
+            continue
+        bucket = _bucket_op(members)
+        rw.insert_after(members[-1], [bucket])
+        for m, r in zip(members, bucket.results):
+            rw.replace(m, [r])
+        rw.reorder()
 
 
 @dataclass(frozen=True)
 class FuseCollectives:
     """Pack all_reduces of one op and dtype into buckets of at most `bytes_per_pack` bytes."""
 
-    name: str = "fuse-collectives"
+    name: ClassVar[str] = "fuse-collectives"
+    requires: ClassVar[tuple[str, ...]] = ("propagate-sharding",)
     bytes_per_pack: int = 0  # for all_reduces without their own attribute; 0: one bucket per group
 
-    def apply(self, module: Module) -> Module:
-        for block in all_blocks(module):
-            fuse_block(block, self.bytes_per_pack)
-        return module
+    def apply(self, module: Module) -> bool:
+        return rewrite_blocks(module, lambda rw: fuse_block(rw, self.bytes_per_pack))

@@ -7,8 +7,10 @@ until they stop changing. Function arguments keep the locality they were declare
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..ir import Block, Locality, Module, Operation, Value, lookup
+from ..ir import Block, Locality, Module, Operation, Value, declaration
+from .rewrite import all_values as values
 
 
 def _set(v: Value, loc: Locality) -> bool:
@@ -31,7 +33,7 @@ def _region_inputs(op: Operation, region_index: int) -> list[Locality]:
 
 
 def _infer_op(op: Operation) -> None:
-    outs = lookup(op.name).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
+    outs = declaration(op).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
     if op.regions:
         _infer_regions(op)
         # Result i is what the producing regions yield at position i (a while's body; every
@@ -98,12 +100,23 @@ def infer_block(block: Block) -> None:
 class InferLocality:
     """Give every value a locality (per_replica or mirrored)."""
 
-    name: str = "infer-locality"
+    name: ClassVar[str] = "infer-locality"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
+        before = _localities(module)
         for f in module.funcs:
             for a in f.body.args:
                 if a.type.locality is None:
                     _set(a, Locality.PER_REPLICA)
             infer_block(f.body)
-        return module
+        return _localities(module) != before
+
+    @staticmethod
+    def satisfied(module: Module) -> bool:
+        """Whether every value of `module` already has a locality (IR text may carry them)."""
+        return None not in _localities(module)
+
+
+def _localities(module: Module) -> list[Locality | None]:
+    return [v.type.locality for v in values(module)]

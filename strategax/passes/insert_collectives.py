@@ -12,10 +12,11 @@ collective goes right before the update, in the region: it runs once per iterati
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from ..dialects.variables import UPDATES
+from ..dialects.variables import UPDATES, variable_of
 from ..ir import Block, Module, Operation, Value
-from .rewrite import replace_value_after
+from .rewrite import BlockRewriter
 
 
 def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
@@ -26,46 +27,64 @@ def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
     return Operation("sx.all_reduce", [value], [result], {"op": agg, "reason": reason}, loc=loc)
 
 
-def insert_block(block: Block, decls: dict) -> None:
-    out: list[Operation] = []
-    pending = list(block.ops)
-    for i, op in enumerate(pending):
+def _aggregation(op: Operation, decls: dict) -> tuple[str, str] | None:
+    """(aggregation, "update" or "read") when TensorFlow's rules put a collective at `op`."""
+    var = variable_of(op)
+    decl = decls.get(var.name) if var is not None else None
+    if decl is None or op.attrs.get("reduced"):
+        return None
+    sync, agg = decl.attrs.get("sync"), decl.attrs.get("agg")
+    if agg not in ("sum", "mean", "only_first_replica"):
+        return None
+    if op.name in UPDATES and op.attrs["ctx"] == "replica" and sync == "on_write":
+        return agg, "update"
+    if op.name == "sx.var_read" and op.attrs["ctx"] == "cross_replica" and sync == "on_read":
+        return agg, "read"
+    return None
+
+
+def insert_block(block: Block, decls: dict) -> bool:
+    """Insert the collectives of `block` (and, first, of its ops' regions)."""
+    rw = BlockRewriter(block)
+    changed = False
+    for op in rw.ops():
         for region in op.regions:
-            insert_block(region, decls)
-        decl = decls.get(op.attrs["var"].name) if "var" in op.attrs and op.name.startswith("sx.var_") else None
-        if decl is None or op.attrs.get("reduced"):
-            out.append(op)
+            changed |= insert_block(region, decls)
+        found = _aggregation(op, decls)
+        if found is None:
             continue
-        sync, agg = decl.attrs.get("sync"), decl.attrs.get("agg")
-        if (op.name in UPDATES and op.attrs["ctx"] == "replica" and sync == "on_write"
-                and agg in ("sum", "mean", "only_first_replica")):
-            coll = aggregation_op(agg, op.operands[0],
-                                  f"{agg} aggregation of an update of @{decl.name} in replica context", op.loc)
-            out.append(coll)
-            op.operands = [coll.result]
-            op.attrs = {**op.attrs, "reduced": True}
-            out.append(op)
-        elif (op.name == "sx.var_read" and op.attrs["ctx"] == "cross_replica" and sync == "on_read"
-              and agg in ("sum", "mean", "only_first_replica")):
-            op.attrs = {**op.attrs, "reduced": True}
-            coll = aggregation_op(agg, op.result,
-                                  f"{agg} aggregation of a read of sync-on-read @{decl.name} in cross-replica context",
+        (agg, kind), name = found, variable_of(op).name
+        rw.set_attrs(op, reduced=True)
+        if kind == "update":
+            coll = aggregation_op(agg, op.operands[0], f"{agg} aggregation of an update of @{name} in replica context",
                                   op.loc)
-            out.extend([op, coll])
-            replace_value_after(pending[i + 1:], block.results, op.result, coll.result)
+            rw.insert_before(op, [coll])
+            rw.set_operands(op, [coll.result])
         else:
-            out.append(op)
-    block.ops[:] = out
+            coll = aggregation_op(agg, op.result,
+                                  f"{agg} aggregation of a read of sync-on-read @{name} in cross-replica context",
+                                  op.loc)
+            rw.insert_after(op, [coll])
+            rw.replace_uses(op.result, coll.result, except_in=[coll])
+    return rw.commit() or changed
 
 
 @dataclass(frozen=True)
 class InsertCollectives:
     """Insert the all-reduces/broadcasts that variable aggregation implies."""
 
-    name: str = "insert-collectives"
+    name: ClassVar[str] = "insert-collectives"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         decls = {v.name: v for v in module.vars}
+        changed = False
         for f in module.funcs:
-            insert_block(f.body, decls)
-        return module
+            changed |= insert_block(f.body, decls)
+        return changed
+
+    @staticmethod
+    def satisfied(module: Module) -> bool:
+        """Whether no variable op of `module` still lacks the collective its aggregation implies."""
+        decls = {v.name: v for v in module.vars}
+        return all(_aggregation(op, decls) is None for op in module.walk())

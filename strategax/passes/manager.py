@@ -1,8 +1,10 @@
 """The pass table, the pass manager and the default pipeline.
 
-A pass is a small frozen dataclass with a `name`, its options as fields and one
-`apply(module) -> module`. The manager verifies after each pass when asked and, on failure,
-names the pass and those that ran before it.
+A pass is a small frozen dataclass with a class-level `name` and `requires`, its options as
+fields and one `apply(module) -> bool` that changes the module in place and says whether it
+changed anything. The manager checks that every pass's requirements run before it (or already
+hold on the module it is given), verifies after each pass when asked and, on failure, names the
+pass and those that ran before it.
 """
 from __future__ import annotations
 
@@ -11,15 +13,16 @@ import importlib
 import time
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from ..ir import Module, VerifyError, print_module, verify
 
 
 class Pass(Protocol):
-    name: str
+    name: ClassVar[str]
+    requires: ClassVar[tuple[str, ...]]  # passes whose results this one reads
 
-    def apply(self, module: Module) -> Module: ...
+    def apply(self, module: Module) -> bool: ...
 
 
 # name -> "module:Class", imported on first use
@@ -78,10 +81,10 @@ class PassOptionError(ValueError):
 
 
 def pass_options(name: str) -> dict[str, type]:
-    """The options of pass `name` (its dataclass fields but `name`) and their types."""
+    """The options of pass `name` (its dataclass fields) and their types."""
     cls = pass_class(name)
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.name != "name"}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -107,6 +110,25 @@ class PassFailure(VerifyError):
     """The module a pass produced does not verify."""
 
 
+class PassOrderError(ValueError):
+    """A pass runs before a pass it requires, on a module its requirement does not hold for."""
+
+
+def check_requirements(p: Pass, done: list[str], later: list[str], module: Module) -> None:
+    """Raise PassOrderError unless each pass `p` requires ran before it (in `done`) or, when it is
+    not in the pipeline at all, already holds on `module` (its class's `satisfied(module)`)."""
+    for need in p.requires:
+        if need in done:
+            continue
+        if need in later:
+            raise PassOrderError(f"pass {p.name!r} reads what {need!r} computes, but {need!r} runs "
+                                 f"after it: put {need!r} before {p.name!r} in the pipeline")
+        satisfied = getattr(pass_class(need), "satisfied", None)
+        if satisfied is None or not satisfied(module):
+            raise PassOrderError(f"pass {p.name!r} needs {need!r} to have run, and the module does not "
+                                 f"show it has: add {need!r} before {p.name!r} in the pipeline")
+
+
 @dataclass
 class PassManager:
     passes: list[Pass]
@@ -114,13 +136,17 @@ class PassManager:
     print_after_all: bool = False
     printer: Callable[[str], None] = print
     timings: dict[str, float] = field(default_factory=dict)
-    snapshots: dict[str, Module] | None = None  # stage name -> IR text kept when given
+    snapshots: dict[str, str] | None = None  # stage name -> IR text kept when given
+    changed: dict[str, bool] = field(default_factory=dict)  # pass name -> whether it changed anything
 
     def run(self, module: Module) -> Module:
+        """Run the passes on `module` in place (and return it)."""
         done: list[str] = []
-        for p in self.passes:
+        names = [p.name for p in self.passes]
+        for i, p in enumerate(self.passes):
+            check_requirements(p, done, names[i + 1:], module)
             start = time.perf_counter()
-            module = p.apply(module)
+            self.changed[p.name] = p.apply(module) or self.changed.get(p.name, False)
             self.timings[p.name] = self.timings.get(p.name, 0.0) + time.perf_counter() - start
             done.append(p.name)
             if self.verify_each:

@@ -23,13 +23,14 @@ hold: the analysis does not follow rows through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 from math import prod
 
 import numpy as np
 
 from ..errors import DistributionValueError
 from ..ir import Block, Locality, Module, Operation, TensorType, Value
-from .rewrite import blocks, replace_uses
+from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
 from .row_axes import rule
 
 REASON = "padded rows"
@@ -53,8 +54,8 @@ class _Rows:
     """Union-find over (value, axis); a class holding a marked row axis knows its row count."""
 
     def __init__(self):
-        self.parent: dict[tuple[int, int], tuple[int, int]] = {}
-        self.count: dict[tuple[int, int], Value] = {}
+        self.parent: dict[tuple[Value, int], tuple[Value, int]] = {}
+        self.count: dict[tuple[Value, int], Value] = {}
 
     def find(self, k):
         root = k
@@ -71,35 +72,31 @@ class _Rows:
 
     def of(self, v: Value, axis: int) -> Value | None:
         """The row count of `v`'s axis `axis` if it is a row axis, else None."""
-        return self.count.get(self.find((id(v), axis)))
+        return self.count.get(self.find((v, axis)))
 
     def axes(self, v: Value) -> list[int]:
         return [i for i in range(len(v.type.shape)) if self.of(v, i) is not None]
 
 
-def _producers(block: Block) -> dict[int, Operation]:
-    return {id(r): op for op in block.ops for r in op.results}
-
-
 def _through_shape_ops(v: Value, producer: dict) -> Value:
-    op = producer.get(id(v))
+    op = producer.get(v)
     while op is not None and op.name in _SHAPE_OPS:
         v = op.operands[0]
-        op = producer.get(id(v))
+        op = producer.get(v)
     return v
 
 
-def _is_row_mask(pred: Value, producer: dict, counts: set[int]) -> bool:
+def _is_row_mask(pred: Value, producer: dict, counts: set[Value]) -> bool:
     """Whether `pred` is `iota < count` (sx.nn.batch_mask), through broadcasts and reshapes."""
-    op = producer.get(id(_through_shape_ops(pred, producer)))
+    op = producer.get(_through_shape_ops(pred, producer))
     if op is None or op.name != "jax.lt":
         return False
-    lhs = producer.get(id(_through_shape_ops(op.operands[0], producer)))
+    lhs = producer.get(_through_shape_ops(op.operands[0], producer))
     if lhs is None or lhs.name != "jax.iota":
         return False
     v = op.operands[1]
-    while id(v) not in counts:  # the count itself may be made by a shape op (a loop's slice)
-        p = producer.get(id(v))
+    while v not in counts:  # the count itself may be made by a shape op (a loop's slice)
+        p = producer.get(v)
         if p is None or p.name not in _SHAPE_OPS:
             return False
         v = p.operands[0]
@@ -108,7 +105,7 @@ def _is_row_mask(pred: Value, producer: dict, counts: set[int]) -> bool:
 
 def _constant(v: Value, producer: dict) -> float | None:
     """The one value every element of `v` has, when `v` is computed from constants alone."""
-    op = producer.get(id(v))
+    op = producer.get(v)
     if op is None:
         return None
     if op.name == "sx.constant":
@@ -129,24 +126,25 @@ class _Block:
 
     def __init__(self, block: Block, rows: _Rows, is_region: bool):
         self.block, self.rows, self.is_region = block, rows, is_region
-        self.ops: list[Operation] = []
-        self.defined = {id(v) for v in block.args}
-        self.masked_sums: dict[int, tuple[Value, int]] = {}  # reduce_sum -> (count, rows per element)
+        self.rw = BlockRewriter(block)
+        self.defined = set(block.args)
+        self.masked_sums: dict[Operation, tuple[Value, int]] = {}  # reduce_sum -> (count, rows per element)
 
-    def new(self, name, operands, type_, attrs, loc) -> Value:
+    def new(self, before: Operation, name: str, operands, type_, attrs, loc) -> Value:
+        """A per-replica value computed by a new op placed before `before`."""
         v = Value(TensorType(type_.shape, type_.dtype, Locality.PER_REPLICA))
-        self.ops.append(Operation(name, list(operands), [v], attrs, loc=loc))
-        self.defined.add(id(v))
+        self.rw.insert_before(before, [Operation(name, list(operands), [v], attrs, loc=loc)])
+        self.defined.add(v)
         return v
 
     def count_here(self, op: Operation, count: Value) -> Value:
-        if id(count) not in self.defined:
+        if count not in self.defined:
             raise _error(op, f"{op.name} combines the padded rows of a batch inside a loop or branch "
                              "whose row count is not visible there")
         return count
 
-    def run(self) -> None:
-        for op in self.block.ops:
+    def run(self) -> bool:
+        for op in self.rw.ops():
             r = rule(op) if not op.regions else None
             if r is None:
                 for x in op.operands:
@@ -161,14 +159,15 @@ class _Block:
                                          f"its operand {v.type}) so that padded rows could mix with "
                                          "real ones")
                 self.mask(op, r)
-            self.ops.append(op)
-            self.defined.update(id(v) for v in op.results)
+            self.defined.update(op.results)
         if self.is_region and any(self.rows.axes(v) for v in self.block.results):
             where = self.block.ops[-1] if self.block.ops else None
             raise _error(where or Operation("region", [], []), "a value with padded rows leaves a "
                          "loop or branch body, where its real rows can no longer be told apart")
-        self.block.ops[:] = self.ops
-        self.means(_producers(self.block))
+        changed = self.rw.commit()
+        self.rw = BlockRewriter(self.block)
+        self.means()
+        return self.rw.commit() or changed
 
     def mask(self, op: Operation, r) -> None:
         for k, axis, fill in r.combines:
@@ -177,78 +176,68 @@ class _Block:
             if count is None:
                 continue
             count = self.count_here(op, count)
-            op.operands[k] = self.new("sx.mask_rows", [x, count], x.type,
-                                      {"axis": axis, "fill": fill, "reason": REASON}, op.loc)
+            self.rw.set_operand(op, k, self.new(op, "sx.mask_rows", [x, count], x.type,
+                                                {"axis": axis, "fill": fill, "reason": REASON}, op.loc))
             if op.name == "jax.reduce_sum":
-                prev = self.masked_sums.get(id(op), (count, 1))
-                self.masked_sums[id(op)] = (count, prev[1] * x.type.shape[axis])
+                prev = self.masked_sums.get(op, (count, 1))
+                self.masked_sums[op] = (count, prev[1] * x.type.shape[axis])
 
     def real_divisor(self, op: Operation, d: Value, total: float, count: Value, padded: int,
                      minus: Value | None) -> None:
         """Replace divisor `d` of `op` (== total, or total - minus) by the real count's share."""
         f = d.type
         scalar = TensorType((), f.dtype, Locality.PER_REPLICA)
-        new_ops: list[Operation] = []
-        self.ops, saved = new_ops, self.ops
-        n = self.new("jax.convert_element_type", [count], scalar,
+        n = self.new(op, "jax.convert_element_type", [count], scalar,
                      {"new_dtype": np.dtype(f.dtype), "weak_type": False, "sharding": None}, op.loc)
         if total != padded:
             c = Value(TensorType((), f.dtype, Locality.MIRRORED))
-            new_ops.append(Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)}))
-            n = self.new("jax.mul", [n, c], scalar, {"out_dtype": None}, op.loc)
+            self.rw.insert_before(op, [Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)})])
+            n = self.new(op, "jax.mul", [n, c], scalar, {"out_dtype": None}, op.loc)
         if minus is not None:
-            n = self.new("jax.sub", [n, minus], scalar, {}, op.loc)
+            n = self.new(op, "jax.sub", [n, minus], scalar, {}, op.loc)
         if f.shape != ():
-            n = self.new("jax.broadcast_in_dim", [n], f, {"shape": tuple(f.shape), "broadcast_dimensions": (),
-                                                          "sharding": None}, op.loc)
-        self.ops = saved
-        i = self.ops.index(op)
-        self.ops[i:i] = new_ops
-        op.operands[1] = n
+            n = self.new(op, "jax.broadcast_in_dim", [n], f, {"shape": tuple(f.shape), "broadcast_dimensions": (),
+                                                              "sharding": None}, op.loc)
+        self.rw.set_operand(op, 1, n)
 
-    def means(self, producer: dict) -> None:
-        self.ops = self.block.ops
-        users: dict[int, list[Operation]] = {}
-        for o in self.ops:
-            for v in o.operands:
-                users.setdefault(id(v), []).append(o)
-        for op in list(self.ops):
+    def means(self) -> None:
+        rw = self.rw
+        for op in rw.ops():
             if op.name != "jax.div":
                 continue
             try:
-                found = self.forward_mean(op, producer) or self.backward_mean(op, users)
+                found = self.forward_mean(op) or self.backward_mean(op)
             except (KeyError, TypeError, ValueError, IndexError):  # hostile attributes: no mean
                 continue
             if found is None:
                 continue
             count, padded, total = found
             d = op.operands[1]
-            c = _constant(d, producer)
+            c = _constant(d, rw.producers)
             if c == total:
                 self.real_divisor(op, d, total, count, padded, None)
                 continue
-            sub = producer.get(id(d))  # jnp.var's `rows - ddof`
-            if sub is not None and sub.name == "jax.sub" and _constant(sub.operands[0], producer) == total \
-                    and _constant(sub.operands[1], producer) is not None and sub.operands[1].type.shape == ():
+            sub = rw.producer(d)  # jnp.var's `rows - ddof`
+            if sub is not None and sub.name == "jax.sub" and _constant(sub.operands[0], rw.producers) == total \
+                    and _constant(sub.operands[1], rw.producers) is not None and sub.operands[1].type.shape == ():
                 self.real_divisor(op, d, total, count, padded, sub.operands[1])
-        self.block.ops[:] = self.ops
 
-    def forward_mean(self, op: Operation, producer: dict):
+    def forward_mean(self, op: Operation):
         """(count, padded rows, elements summed) when op divides a masked row sum."""
-        src = producer.get(id(_through_shape_ops(op.operands[0], producer)))
-        if src is None or id(src) not in self.masked_sums:
+        src = self.rw.producer(_through_shape_ops(op.operands[0], self.rw.producers))
+        if src is None or src not in self.masked_sums:
             return None
-        count, padded = self.masked_sums[id(src)]
+        count, padded = self.masked_sums[src]
         total = prod(src.operands[0].type.shape[i] for i in src.attrs["axes"])  # valid: it was masked
         return count, padded, total
 
-    def backward_mean(self, op: Operation, users: dict):
+    def backward_mean(self, op: Operation):
         """(count, padded rows, elements) when op's result is broadcast along the rows: the
         transpose of a mean, dividing a cotangent before it is spread over the summed elements."""
         v, seen = op.result, 0
         while seen < 8:
             seen += 1
-            nxt = users.get(id(v), [])
+            nxt = self.rw.users(v)
             if len(nxt) != 1 or nxt[0].name not in _SHAPE_OPS:
                 return None
             b = nxt[0]
@@ -257,7 +246,7 @@ class _Block:
                 rows = [j for j in made if self.rows.of(b.result, j) is not None]
                 if rows:
                     count = self.rows.of(b.result, rows[0])
-                    if id(count) not in self.defined:
+                    if count not in self.defined:
                         return None
                     padded = prod(b.result.type.shape[j] for j in rows)
                     return count, padded, prod(b.result.type.shape[j] for j in made)
@@ -266,44 +255,45 @@ class _Block:
 
 
 def _per_example_results(func_body: Block, rows: _Rows) -> tuple[int, ...]:
-    args = {id(v) for v in func_body.args}
+    args = set(func_body.args)
     out = []
     for i, v in enumerate(func_body.results):
         axes = rows.axes(v)
-        if axes and axes[0] == 0 and id(rows.of(v, 0)) in args:
+        if axes and axes[0] == 0 and rows.of(v, 0) in args:
             out.append(i)
     return tuple(out)
 
 
-def _drop_marks(block: Block) -> None:
-    mapping = {id(op.result): op.operands[0] for op in block.ops if op.name == "sx.rows"}
-    block.ops[:] = [op for op in block.ops if op.name != "sx.rows"]
-    replace_uses(block, mapping)
+def _drop_marks(rw: BlockRewriter) -> None:
+    for op in rw.ops():
+        if op.name == "sx.rows":
+            rw.replace(op, [op.operands[0]])
 
 
 @dataclass(frozen=True)
 class MaskPadding:
     """Follow the padded row axis from `sx.rows`; mask every op that combines rows."""
 
-    name: str = "mask-padding"
+    name: ClassVar[str] = "mask-padding"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
-        every = list(blocks(f.body for f in module.funcs))
+    def apply(self, module: Module) -> bool:
+        every = all_blocks(module)
         marks = [op for b in every for op in b.ops if op.name == "sx.rows"]
         if not marks:
-            return module
+            return False
         rows = _Rows()
-        producer = {id(r): op for b in every for op in b.ops for r in op.results}
-        counts = {id(op.operands[1]) for op in marks}
+        producer = {r: op for b in every for op in b.ops for r in op.results}
+        counts = {op.operands[1] for op in marks}
         for b in every:
             for op in b.ops:
                 if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
                     continue  # the user's own mask says what padded rows hold
                 r = rule(op) if not op.regions else None
                 for (x, i), (y, j) in (r.same if r is not None else ()):
-                    rows.union((id(x), i), (id(y), j))
+                    rows.union((x, i), (y, j))
         for op in marks:
-            root = rows.find((id(op.result), 0))
+            root = rows.find((op.result, 0))
             if rows.count.get(root, op.operands[1]) is not op.operands[1]:
                 raise _error(op, "values of two padded batches with different real row counts are "
                              "combined row by row", "combine batches of the same dataset element")
@@ -313,13 +303,12 @@ class MaskPadding:
             results[f.name] = _per_example_results(f.body, rows)
             bad = [v for v in f.body.results if rows.axes(v) and rows.axes(v)[0] != 0]
             if bad:
-                raise _error(producer.get(id(bad[0]), marks[0]), f"a result ({bad[0].type}) carries the rows of a partial batch "
+                raise _error(producer.get(bad[0], marks[0]), f"a result ({bad[0].type}) carries the rows of a partial batch "
                              "on an axis other than its first, so its padded rows cannot be trimmed",
                              "return per-example values with the row axis first")
         for b in every:
             _Block(b, rows, is_region=all(b is not f.body for f in module.funcs)).run()
-        for b in every:
-            _drop_marks(b)
+        rewrite_blocks(module, _drop_marks)
         if results.get(module.main.name):
             module.attrs["per_example_results"] = results[module.main.name]
-        return module
+        return True

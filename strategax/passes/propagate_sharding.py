@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..ir import Block, Module, Operation, Sharding, Value
+from .rewrite import all_values as values
 from ..dialects.logical import ANNOTATIONS, annotation_sharding
 
 Dims = tuple[tuple[str, ...], ...]
@@ -186,13 +188,22 @@ class _Propagator:
 class PropagateSharding:
     """Give values shardings over the logical devices, from the annotations."""
 
-    name: str = "propagate-sharding"
+    name: ClassVar[str] = "propagate-sharding"
+    requires: ClassVar[tuple[str, ...]] = ()
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         axes = module.attrs.get("logical_axes")
         if not axes:
-            return module
+            return False
+        before = [v.type.sharding for v in values(module)]
         prop = _Propagator({name: int(size) for name, size in axes})
         for f in module.funcs:
             prop.block(f.body)
-        return module
+        return [v.type.sharding for v in values(module)] != before
+
+    @staticmethod
+    def satisfied(module: Module) -> bool:
+        """Whether `module` needs no propagation: no logical devices, or every annotation's
+        value already carries its sharding."""
+        return not module.attrs.get("logical_axes") or all(
+            op.result.type.sharding is not None for op in module.walk() if op.name in ANNOTATIONS)

@@ -1,54 +1,161 @@
-"""Small shared helpers for passes that rewrite a block: use replacement, re-ordering, keys."""
+"""The rewrite driver every pass uses: one block's replacements, insertions and erasures are
+recorded by a `BlockRewriter` and applied once by `commit`, which says whether anything changed.
+
+A pass visits `rw.ops()` in program order; each op's operands already read the values earlier
+replacements put in their place. Maps are keyed by the `Value`/`Operation` itself (identity).
+"""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import networkx as nx
 import numpy as np
 
-from ..ir import Block, Operation, Value, has_effects
+from ..ir import Block, Module, Operation, Value, has_effects
 
 
-def replace_uses(block: Block, mapping: dict[int, Value]) -> None:
-    """Replace every use in `block` (operands and yielded values) of value id k by mapping[k].
+class BlockRewriter:
+    """Rewrite bookkeeping for one block (regions are isolated: only this block changes)."""
 
-    Chains (a -> b -> c) resolve to their end. Regions are isolated, so only this block changes.
-    """
-    if not mapping:
-        return
+    def __init__(self, block: Block):
+        self.block = block
+        self.changed = False
+        self._remap: dict[Value, tuple[Value, frozenset[Operation]]] = {}
+        self._before: dict[Operation, list[Operation]] = {}
+        self._after: dict[Operation, list[Operation]] = {}
+        self._erased: set[Operation] = set()
+        self._sort = False
+        self.producers: dict[Value, Operation] = {r: op for op in block.ops for r in op.results}
+        self._users: dict[Value, list[Operation]] | None = None
 
-    def resolve(v: Value) -> Value:
-        seen = 0
-        while id(v) in mapping and seen < len(mapping) + 1:
-            v = mapping[id(v)]
-            seen += 1
-        return v
+    # -- facts, computed once ------------------------------------------------------------------
+    def users(self, v: Value) -> list[Operation]:
+        """The ops of the block (as it was given) that read `v`."""
+        if self._users is None:
+            self._users = {}
+            for op in self.block.ops:
+                for x in op.operands:
+                    self._users.setdefault(x, []).append(op)
+        return self._users.get(v, [])
 
-    for op in block.ops:
-        if any(id(v) in mapping for v in op.operands):
-            op.operands = [resolve(v) for v in op.operands]
-    block.results = [resolve(v) for v in block.results]
+    def num_uses(self, v: Value) -> int:
+        """How often `v` is read: by the block's ops and by what the block yields."""
+        return len(self.users(v)) + sum(r is v for r in self.block.results)
+
+    def producer(self, v: Value) -> Operation | None:
+        """The op of this block that defines `v` (None for a block argument)."""
+        return self.producers.get(v)
+
+    # -- visiting ------------------------------------------------------------------------------
+    def ops(self) -> Iterator[Operation]:
+        """The block's ops in order (erased ones skipped), each op's operands redirected first."""
+        for op in list(self.block.ops):
+            if op not in self._erased:
+                self._redirect(op)
+                yield op
+
+    def resolve(self, v: Value, user: Operation | None = None) -> Value:
+        """What `v` stands for now (as `user` reads it): replacements followed to their end."""
+        for _ in range(len(self._remap) + 1):
+            hit = self._remap.get(v)
+            if hit is None or user in hit[1]:
+                return v
+            v = hit[0]
+        raise RuntimeError("internal error: a rewrite replaced a value by itself through a cycle")
+
+    # -- edits ---------------------------------------------------------------------------------
+    def replace_uses(self, old: Value, new: Value, *, except_in: Iterable[Operation] = ()) -> None:
+        """Every later read of `old` (ops and yielded values) reads `new`, except in `except_in`."""
+        if old is not new:
+            self._remap[old] = (new, frozenset(except_in))
+            self.changed = True
+
+    def replace(self, op: Operation, values: list[Value]) -> None:
+        """Erase `op`; its results' readers read `values` instead."""
+        if len(values) != len(op.results):
+            raise ValueError(f"internal error: {op.name} has {len(op.results)} results, not {len(values)}")
+        for r, v in zip(op.results, values):
+            self.replace_uses(r, v)
+        self.erase(op)
+
+    def erase(self, op: Operation) -> None:
+        """Drop `op` from the block (its results must no longer be read)."""
+        self._erased.add(op)
+        self.changed = True
+
+    def insert_before(self, op: Operation, new_ops: list[Operation]) -> None:
+        """Place `new_ops` right before `op` (an op of the block, or one inserted earlier)."""
+        self._insert(self._before, op, new_ops)
+
+    def insert_after(self, op: Operation, new_ops: list[Operation]) -> None:
+        """Place `new_ops` right after `op`."""
+        self._insert(self._after, op, new_ops)
+
+    def set_operands(self, op: Operation, operands: list[Value]) -> None:
+        """Give `op` these operands."""
+        if len(operands) != len(op.operands) or any(a is not b for a, b in zip(operands, op.operands)):
+            op.operands = list(operands)
+            self.changed = True
+
+    def set_operand(self, op: Operation, index: int, value: Value) -> None:
+        """Give `op` operand `value` at `index`."""
+        self.set_operands(op, op.operands[:index] + [value] + op.operands[index + 1:])
+
+    def set_attrs(self, op: Operation, **attrs: Any) -> None:
+        """Add or change attributes of `op`."""
+        if any(k not in op.attrs or op.attrs[k] is not v for k, v in attrs.items()):
+            op.attrs = {**op.attrs, **attrs}
+            self.changed = True
+
+    def reorder(self) -> None:
+        """Ask `commit` to re-order the ops so that every value is defined before it is read."""
+        self._sort = True
+
+    def commit(self) -> bool:
+        """Apply every edit to the block; True when anything changed."""
+        if not self.changed and not self._sort:
+            return False
+        out: list[Operation] = []
+        for op in self.block.ops:
+            self._emit(op, out)
+        for op in out:
+            self._redirect(op)
+        self.block.ops[:] = out
+        self.block.results = [self.resolve(v) for v in self.block.results]
+        if self._sort:
+            self.changed |= topological_sort(self.block)
+        return self.changed
+
+    # -- internals -----------------------------------------------------------------------------
+    def _insert(self, where: dict, op: Operation, new_ops: list[Operation]) -> None:
+        if new_ops:
+            where.setdefault(op, []).extend(new_ops)
+            for o in new_ops:
+                self.producers.update((r, o) for r in o.results)
+            self.changed = True
+
+    def _emit(self, op: Operation, out: list[Operation]) -> None:
+        for o in self._before.pop(op, ()):
+            self._emit(o, out)
+        if op not in self._erased:
+            out.append(op)
+        for o in self._after.pop(op, ()):
+            self._emit(o, out)
+
+    def _redirect(self, op: Operation) -> None:
+        if self._remap and any(v in self._remap for v in op.operands):
+            op.operands = [self.resolve(v, op) for v in op.operands]
 
 
-def replace_value_after(ops: list[Operation], results: list[Value], old: Value, new: Value) -> None:
-    """Replace `old` by `new` in `ops` (the ops after the one that made `new`, nested regions
-    included) and in `results`: for a rewrite that inserts one op and redirects later uses."""
-    for op in ops:
-        op.operands = [new if v is old else v for v in op.operands]
-        for region in op.regions:
-            replace_value_after(region.ops, region.results, old, new)
-    results[:] = [new if v is old else v for v in results]
-
-
-def in_order(block: Block) -> bool:
-    """Whether every operand is defined before its use."""
-    defined = set(map(id, block.args))
-    for op in block.ops:
-        for v in op.operands:
-            if id(v) not in defined:
-                return False
-        defined.update(map(id, op.results))
-    return True
+def rewrite_blocks(module: Module, visit: Callable[[BlockRewriter], None]) -> bool:
+    """Run `visit` on a rewriter of each block of `module` (regions included) and commit it;
+    True when any block changed."""
+    changed = False
+    for block in all_blocks(module):
+        rw = BlockRewriter(block)
+        visit(rw)
+        changed |= rw.commit()
+    return changed
 
 
 def dependency_graph(block: Block) -> nx.DiGraph:
@@ -57,10 +164,10 @@ def dependency_graph(block: Block) -> nx.DiGraph:
     ops = block.ops
     g = nx.DiGraph()
     g.add_nodes_from(range(len(ops)))
-    producer = {id(r): i for i, op in enumerate(ops) for r in op.results}
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
     last_effect = None
     for i, op in enumerate(ops):
-        g.add_edges_from((producer[id(v)], i) for v in op.operands if id(v) in producer)
+        g.add_edges_from((producer[v], i) for v in op.operands if v in producer)
         if has_effects(op):
             if last_effect is not None:
                 g.add_edge(last_effect, i)
@@ -68,13 +175,22 @@ def dependency_graph(block: Block) -> nx.DiGraph:
     return g
 
 
-def topological_sort(block: Block) -> None:
-    """Re-order `block.ops` so values are defined before use, otherwise keeping their order.
+def in_order(block: Block) -> bool:
+    """Whether every operand is defined before its use."""
+    defined = set(block.args)
+    for op in block.ops:
+        if any(v not in defined for v in op.operands):
+            return False
+        defined.update(op.results)
+    return True
 
-    Ops with effects keep their relative order. Raises RuntimeError naming the ops of a
-    dependency cycle."""
+
+def topological_sort(block: Block) -> bool:
+    """Re-order `block.ops` so values are defined before use, otherwise keeping their order;
+    True when the order changed. Ops with effects keep their relative order. Raises
+    RuntimeError naming the ops of a dependency cycle."""
     if in_order(block):
-        return
+        return False
     g = dependency_graph(block)
     try:
         order = list(nx.lexicographical_topological_sort(g))
@@ -83,6 +199,7 @@ def topological_sort(block: Block) -> None:
         names = " -> ".join(f"{block.ops[a].name} (op {a})" for a, _ in cycle)
         raise RuntimeError(f"internal error: a rewrite created a dependency cycle: {names}") from None
     block.ops[:] = [block.ops[i] for i in order]
+    return True
 
 
 def freeze(value: Any) -> Any:
@@ -107,11 +224,11 @@ def op_key(op: Operation) -> tuple:
         hash(attrs)  # plain literals (the common case) hash as they are
     except TypeError:
         attrs = freeze(op.attrs)
-    return (op.name, tuple(map(id, op.operands)), attrs,
+    return (op.name, tuple(op.operands), attrs,
             tuple((r.type.shape, r.type.dtype) for r in op.results))
 
 
-def blocks(blocks_in: Iterable[Block]) -> Iterable[Block]:
+def blocks(blocks_in: Iterable[Block]) -> Iterator[Block]:
     """Every block given and, depth first, the regions of their ops."""
     for b in blocks_in:
         yield b
@@ -120,6 +237,14 @@ def blocks(blocks_in: Iterable[Block]) -> Iterable[Block]:
                 yield from blocks(op.regions)
 
 
-def all_blocks(module) -> list[Block]:
+def all_blocks(module: Module) -> list[Block]:
     """Every block of every function in `module`."""
     return list(blocks(f.body for f in module.funcs))
+
+
+def all_values(module: Module) -> Iterator[Value]:
+    """Every value of `module`: block arguments and op results, in program order."""
+    for block in all_blocks(module):
+        yield from block.args
+        for op in block.ops:
+            yield from op.results

@@ -9,21 +9,23 @@ Needs localities: run after `infer-locality`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-from ..ir import Block, Locality, Module, Operation, TensorType, Value
-from .rewrite import all_blocks, replace_uses
+from ..ir import Locality, Module, Operation, TensorType, Value
+from .rewrite import BlockRewriter, rewrite_blocks
 
 _SAME_ON_MIRRORED = ("mean", "max", "min")
 
 
 def _times_n(op: Operation, x: Value, n: int) -> list[Operation]:
-    """Ops computing n * x (mirrored), the last one defining op's result."""
+    """Ops computing n * x (mirrored), the last one's result standing for op's."""
     scalar = TensorType((), x.type.dtype, Locality.MIRRORED)
     c = Operation("sx.constant", [], [Value(scalar, "n")], {"value": np.asarray(n, dtype=x.type.dtype)},
                   loc=op.loc)
-    return [c, Operation("jax.mul", [x, c.result], [op.result], {"out_dtype": None}, loc=op.loc)]
+    product = Value(op.result.type, op.result.name)
+    return [c, Operation("jax.mul", [x, c.result], [product], {"out_dtype": None}, loc=op.loc)]
 
 
 def _gather_sum(op: Operation, gather: Operation) -> list[Operation]:
@@ -32,64 +34,55 @@ def _gather_sum(op: Operation, gather: Operation) -> list[Operation]:
     local_t = TensorType(op.result.type.shape, op.result.type.dtype, x.type.locality)
     local = Operation("jax.reduce_sum", [x], [Value(local_t, op.result.name)], dict(op.attrs), loc=op.loc)
     reason = f"{gather.attrs.get('reason', 'all_gather')} (summed pieces)"
-    total = Operation("sx.all_reduce", [local.result], [op.result], {"op": "sum", "reason": reason},
-                      loc=gather.loc)
+    total = Operation("sx.all_reduce", [local.result], [Value(op.result.type, op.result.name)],
+                      {"op": "sum", "reason": reason}, loc=gather.loc)
     return [local, total]
 
 
-def simplify_block(block: Block, num_replicas: int) -> None:
-    uses: dict[int, int] = {}
-    for o in block.ops:
-        for v in o.operands:
-            uses[id(v)] = uses.get(id(v), 0) + 1
-    for v in block.results:
-        uses[id(v)] = uses.get(id(v), 0) + 1
-    producer: dict[int, Operation] = {}
-    mapping: dict[int, Value] = {}
+def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int) -> None:
+    """A duplicate collective reuses the first; one of a mirrored value is cheapened."""
+    x = op.operands[0]
+    kind = op.attrs.get("op", op.attrs.get("axis"))
+    first = seen.setdefault((op.name, x, kind), op.result)
+    if first is not op.result:
+        rw.replace(op, [first])
+    elif op.name == "sx.all_reduce" and x.type.locality is Locality.MIRRORED:
+        if kind in _SAME_ON_MIRRORED:
+            rw.replace(op, [x])
+        elif kind == "sum" and x.type.dtype != np.bool_:
+            new = _times_n(op, x, num_replicas)
+            rw.insert_before(op, new)
+            rw.replace(op, [new[-1].result])
+
+
+def _gathered_sum(rw: BlockRewriter, op: Operation, seen: dict) -> None:
+    """reduce_sum over the gathered axis of an all_gather used only there."""
+    g = rw.producer(op.operands[0])
+    if (g is not None and g.name == "sx.all_gather" and g.attrs["axis"] in tuple(op.attrs.get("axes", ()))
+            and rw.num_uses(g.result) == 1):
+        new = _gather_sum(op, g)
+        rw.insert_before(op, new)
+        rw.replace(op, [new[-1].result])
+        rw.erase(g)
+        seen.pop((g.name, g.operands[0], g.attrs["axis"]), None)  # a later duplicate gathers anew
+
+
+def simplify_block(rw: BlockRewriter, num_replicas: int) -> None:
     seen: dict[tuple, Value] = {}
-    dropped: set[int] = set()
-    out: list[Operation] = []
-    for op in block.ops:
-        if any(id(v) in mapping for v in op.operands):
-            op.operands = [mapping.get(id(v), v) for v in op.operands]
-        new = [op]
+    for op in rw.ops():
         if op.name in ("sx.all_reduce", "sx.all_gather"):
-            x = op.operands[0]
-            kind = op.attrs.get("op", op.attrs.get("axis"))
-            key = (op.name, id(x), kind)
-            if key in seen:
-                mapping[id(op.result)] = seen[key]
-                continue
-            seen[key] = op.result
-            if op.name == "sx.all_reduce" and x.type.locality is Locality.MIRRORED:
-                if kind in _SAME_ON_MIRRORED:
-                    mapping[id(op.result)] = x
-                    continue
-                if kind == "sum" and x.type.dtype != np.bool_:
-                    new = _times_n(op, x, num_replicas)
+            _collective(rw, op, seen, num_replicas)
         elif op.name == "jax.reduce_sum":
-            g = producer.get(id(op.operands[0]))
-            axes = op.attrs.get("axes", ())
-            if (g is not None and g.name == "sx.all_gather" and g.attrs["axis"] in tuple(axes)
-                    and uses.get(id(g.result)) == 1):
-                new = _gather_sum(op, g)
-                dropped.add(id(g))
-        for o in new:
-            for r in o.results:
-                producer[id(r)] = o
-        out.extend(new)
-    block.ops[:] = [o for o in out if id(o) not in dropped]
-    replace_uses(block, mapping)
+            _gathered_sum(rw, op, seen)
 
 
 @dataclass(frozen=True)
 class SimplifyCollectives:
     """Drop collectives of mirrored values, turn gather-then-sum into all_reduce, merge duplicates."""
 
-    name: str = "simplify-collectives"
+    name: ClassVar[str] = "simplify-collectives"
+    requires: ClassVar[tuple[str, ...]] = ("infer-locality",)
 
-    def apply(self, module: Module) -> Module:
+    def apply(self, module: Module) -> bool:
         n = int(module.attrs.get("num_replicas", 1))
-        for block in all_blocks(module):
-            simplify_block(block, n)
-        return module
+        return rewrite_blocks(module, lambda rw: simplify_block(rw, n))

@@ -1,7 +1,8 @@
-"""`strategax-dump [--out DIR] [--platforms tpu,cuda] SCRIPT.py [ARGS...]`: run a script and write,
-for every function it compiles, the IR before and after each pass, the lowered StableHLO, the
-compiled HLO, the program exported for each of `--platforms` (no such hardware needed),
-`summary.txt` and a DOT graph (see `strategax.trace.dump`)."""
+"""`strategax-dump [--out DIR] [--platforms tpu,cuda] [--html] SCRIPT.py [ARGS...]`: run a script
+and write, for every function it compiles, the IR before and after each pass, the lowered
+StableHLO, the compiled HLO, the program exported for each of `--platforms` (no such hardware
+needed), `summary.txt`, with `--html` the report page `report.html`, and a DOT graph (see
+`strategax.trace.dump`)."""
 from __future__ import annotations
 
 import argparse
@@ -12,14 +13,19 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ..trace.dump import ENV, PLATFORMS_ENV, check_platforms
+from ..trace.dump import ENV, HTML_ENV, PLATFORMS_ENV, check_platforms
 
+
+# a constant, not __doc__: `python -OO` strips docstrings
+DESCRIPTION = "run a script and write every stage of each function it compiles"
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="strategax-dump", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="strategax-dump", description=DESCRIPTION)
     ap.add_argument("--out", default="strategax-dump", help="folder to write (default ./strategax-dump)")
     ap.add_argument("--platforms", default="",
                     help="also export each program for these platforms, comma-separated (e.g. tpu,cuda)")
+    ap.add_argument("--html", action="store_true",
+                    help="also write report.html per function: one self-contained page (f.report's)")
     ap.add_argument("script", help="the Python script to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     args = ap.parse_args(argv)
@@ -38,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     os.environ[ENV] = str(out)
     os.environ[PLATFORMS_ENV] = ",".join(platforms)
+    os.environ[HTML_ENV] = "1" if args.html else ""
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, str(Path(args.script).resolve().parent))
     try:

@@ -16,8 +16,11 @@ from ..passes import PassManager, parse_pipeline
 ERRORS = (ValueError, TypeError, RuntimeError)
 
 
+# a constant, not __doc__: `python -OO` strips docstrings
+DESCRIPTION = "run passes over textual IR and print the result"
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="strategax-opt", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="strategax-opt", description=DESCRIPTION)
     ap.add_argument("file", nargs="?", default="-", help="IR text to read ('-' or absent: stdin)")
     ap.add_argument("-p", "--passes", default="", help="comma-separated passes, e.g. cse,dce or default")
     ap.add_argument("--print-after-all", action="store_true", help="print the IR after every pass")

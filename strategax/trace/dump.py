@@ -4,8 +4,8 @@ Per compiled function, a folder `DIR/NNN_name/` with the traced IR, the IR after
 the lowered StableHLO, the compiled HLO, with STRATEGAX_DUMP_PLATFORMS=tpu,cuda the program
 exported for each of those platforms (`exported.PLATFORM.stablehlo.mlir` and the serialized
 `jax.export.Exported` as `exported.PLATFORM.bin`), `summary.txt` (each collective with its bytes, reason
-and user line; bytes moved per replica per step; compile time per phase) and the dataflow
-graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
+and user line; bytes moved per replica per step; compile time per phase), with
+STRATEGAX_DUMP_HTML=1 `report.html` (the page of `f.report`), and the dataflow graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
 The dump is a side output: when it cannot be written (the path is a file, the folder is
 read-only, the disk is full) one warning says so and the program runs on without it.
 """
@@ -24,9 +24,11 @@ from .. import ir
 from ..errors import user_location
 from ..ir.analysis import collective_stats
 from .graph import module_graph, to_dot
+from .inspection import compiled_report, render_report
 
 ENV = "STRATEGAX_DUMP_TO"
 PLATFORMS_ENV = "STRATEGAX_DUMP_PLATFORMS"  # e.g. "tpu,cuda": also export the program for each
+HTML_ENV = "STRATEGAX_DUMP_HTML"  # "1": also write report.html (f.report's page)
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
 SVG_OP_LIMIT = 2000  # larger graphs are written as DOT only
 _counter = itertools.count()
@@ -95,9 +97,9 @@ def write_dump(folder: Path, compiled, sig, snapshots: dict[str, str], timings: 
     phases["lower to StableHLO"] = time.perf_counter() - start
     (folder / "lowered.stablehlo.mlir").write_text(lowered.as_text())
     start = time.perf_counter()
-    hlo = lowered.compile().as_text()
+    executable = lowered.compile()
     phases["XLA compile"] = time.perf_counter() - start
-    (folder / "compiled.hlo.txt").write_text(hlo)
+    (folder / "compiled.hlo.txt").write_text(executable.as_text())
     args = compiled.global_args(sig)
     for platform in dump_platforms():  # the program for hardware this machine may not have
         start = time.perf_counter()
@@ -107,6 +109,9 @@ def write_dump(folder: Path, compiled, sig, snapshots: dict[str, str], timings: 
         (folder / f"exported.{platform}.bin").write_bytes(exported.serialize())
     stats = collective_stats(compiled.module)
     (folder / "summary.txt").write_text(summary(compiled.module, stats, phases))
+    if os.environ.get(HTML_ENV, "") not in ("", "0"):
+        page = render_report(compiled_report(compiled, snapshots, phases, executable))
+        (folder / "report.html").write_text(page, encoding="utf-8")
     graph = module_graph(compiled.module)
     dot = folder / "graph.dot"
     dot.write_text(to_dot(graph, compiled.module.name))

@@ -4,7 +4,9 @@ least recently used evicted; frequent retracing logs a warning, `retracing`)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
@@ -24,6 +26,7 @@ from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
+from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key, key_data
 from .outline import rewrite
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
@@ -50,6 +53,8 @@ class _Compiled:
         self.var_slots = [(v._store, lay) for v, lay in
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
+        self.variables = list(variables)
+        self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -336,9 +341,31 @@ class StrategyFunction:
         """The optimised HLO text XLA compiled (what actually runs)."""
         return self.lowered(*args, **kwargs).compile().as_text()
 
-    def stats(self, *args, **kwargs):
-        """Collectives per step: count, bytes moved per replica, and each one's reason and line."""
-        return collective_stats(self._specialization(args, kwargs)[0].module)
+    def stats(self, *args, **kwargs) -> StepStats:
+        """Collectives per step (count, bytes moved per replica, each one's reason and line) and
+        `.memory`, bytes per device from XLA's analysis of the compiled program (on first use)."""
+        collectives = collective_stats(self._specialization(args, kwargs)[0].module)
+        return StepStats(collectives.num_replicas, collectives.collectives,
+                         memory_of=lambda: self._memory(args, kwargs))
+
+    def report(self, *args, path: str | os.PathLike | None = None, **kwargs):
+        """One self-contained HTML page about the program for these arguments: the IR coloured by
+        locality (regions folded), the collectives with their bytes, reasons, lines and the pass
+        that inserted each, the IR after each pass, compile times, memory and the dataflow graph.
+        Written to `path` (which is returned) when given, else returned as text."""
+        page = render_report(build_report(self, args, kwargs))
+        if path is None:
+            return page
+        Path(path).write_text(page, encoding="utf-8")
+        return Path(path)
+
+    def _memory(self, args, kwargs) -> MemoryStats:
+        compiled, global_args = self._lowering_args(args, kwargs)
+        if compiled.memory is None:
+            lowered = compiled.executable.lower(*global_args)
+            compiled.memory = memory_stats(lowered.compile().memory_analysis(),
+                                           compiled.executable.in_layouts, compiled.variables)
+        return compiled.memory
 
     def __repr__(self) -> str:
         return f"<strategax function {self._name} ({len(self._cache)} compiled)>"

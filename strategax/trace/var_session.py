@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dialects.variables import variable
+from ..dialects.variables import variable, variable_of
 from ..errors import DistributionValueError
 from ..ir import SymbolRef, VarDecl
 
@@ -31,8 +31,8 @@ class VarSession:
         """The variables `module` refers to, in order of first use (checked for ownership)."""
         seen: dict[str, Any] = {}
         for op in module.walk():
-            ref = op.attrs.get("var") if op.name.startswith("sx.var_") else None
-            if isinstance(ref, SymbolRef) and ref.name not in seen:
+            ref = variable_of(op)
+            if ref is not None and ref.name not in seen:
                 var = variable(ref.name)
                 self.check(var)
                 seen[ref.name] = var

@@ -4,7 +4,9 @@ Its state lives in variables colocated with the parameters (mirrored, created on
 the parameters' current values). `apply_gradients` in replica context follows the seed's recipe:
 `merge_call`, one `batch_reduce_to(SUM)` of all gradients (bucketed by `options.bytes_per_pack`),
 then `extended.update` of each variable with optax's update; in cross-replica context it takes
-already-reduced gradients.
+already-reduced gradients. With `loss_scale` it scales the loss for float16 as TensorFlow's
+`LossScaleOptimizer` (`loss_scale.py`): the check for inf/NaN runs on the all-reduced gradients,
+so an overflow on any replica skips the step on every replica.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 from .. import _context
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.distributed_values import PerReplica, is_distributed
+from . import loss_scale as loss_scales
 from . import slots
 from .enums import VariableAggregation
 from .slots import Params, StatePath
@@ -27,10 +30,21 @@ def _add_update(var, update):
     return var.assign_add(update)
 
 
-class Optimizer:
-    """Wrap `tx` (an optax GradientTransformation); create it in `strategy.scope()`."""
+def _array(value, what: str, fix: str):
+    """`value` as an array (a traced one inside a trace); anything else is a located TypeError."""
+    try:
+        return jnp.asarray(value)
+    except (TypeError, ValueError):
+        raise DistributionTypeError(f"{what} must be an array, not {type(value).__name__} {value!r:.60}",
+                                    fix) from None
 
-    def __init__(self, tx, name: str = "Optimizer"):
+
+class Optimizer:
+    """Wrap `tx` (an optax GradientTransformation); create it in `strategy.scope()`.
+    `loss_scale="dynamic"` (or a fixed number) scales the loss for float16 as TensorFlow's
+    `LossScaleOptimizer`."""
+
+    def __init__(self, tx, name: str = "Optimizer", loss_scale=None):
         if not (hasattr(tx, "init") and hasattr(tx, "update")):
             raise DistributionValueError(f"sx.Optimizer needs an optax.GradientTransformation, not {tx!r}",
                                          "pass e.g. optax.adam(1e-3)")
@@ -38,6 +52,9 @@ class Optimizer:
         self._strategy = _context.strategy()
         self.iterations = Variable(0, name=f"{name}/iterations", dtype=jnp.int32, trainable=False,
                                    aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
+        self._loss_scale = loss_scales.make(loss_scale, name)
+        for var in self.non_slot_variables().values():
+            var._optimizer_state = True  # counted as optimizer state in f.stats().memory
         self._groups: dict[frozenset, SlotGroup] = {}  # the ids of a group's variables -> its slots
         self._pending: dict[int, tuple[Variable, dict]] = {}  # restored slots waiting for their group
 
@@ -48,6 +65,65 @@ class Optimizer:
     @property
     def name(self) -> str:
         return self._name
+
+    def non_slot_variables(self) -> dict[tuple[str, ...], Variable]:
+        """The optimizer's own variables by checkpoint path: `iterations`, and with a dynamic
+        loss scale `loss_scale/current_loss_scale` and `loss_scale/good_steps` (TF's names)."""
+        scale = self._loss_scale.variables() if self._loss_scale is not None else {}
+        return {("iterations",): self.iterations, **scale}
+
+    # --- loss scaling (TensorFlow's LossScaleOptimizer) ----------------------------------------
+    @property
+    def dynamic(self) -> bool:
+        """Whether the loss scale changes (loss_scale="dynamic")."""
+        return isinstance(self._loss_scale, loss_scales.DynamicLossScale)
+
+    @property
+    def loss_scale(self):
+        """The current loss scale (float32), or None without loss scaling."""
+        return None if self._loss_scale is None else self._loss_scale.value()
+
+    @property
+    def dynamic_counter(self) -> Variable | None:
+        """The good steps since the scale last changed (a variable); None unless dynamic."""
+        scale = self._loss_scale
+        return scale.good_steps if isinstance(scale, loss_scales.DynamicLossScale) else None
+
+    @property
+    def initial_scale(self) -> float | None:
+        return None if self._loss_scale is None else self._loss_scale.initial_scale
+
+    @property
+    def dynamic_growth_steps(self) -> int | None:
+        scale = self._loss_scale
+        return scale.growth_steps if isinstance(scale, loss_scales.DynamicLossScale) else None
+
+    def _scale(self, method: str):
+        if self._loss_scale is None:
+            raise DistributionValueError(
+                f"optimizer {self._name!r} has no loss scale: {method} needs one",
+                "create it with sx.Optimizer(tx, loss_scale=\"dynamic\") (or a fixed number)")
+        return self._loss_scale.value()
+
+    def get_scaled_loss(self, loss):
+        """`loss` times the loss scale, in the loss's dtype; a callable gives a callable."""
+        if callable(loss):
+            return lambda: self.get_scaled_loss(loss())
+        scale = self._scale("get_scaled_loss")
+        loss = _array(loss, "get_scaled_loss's loss", "pass the loss (an array or scalar) or a function returning it")
+        return loss * scale.astype(loss.dtype)
+
+    def get_unscaled_gradients(self, grads):
+        """Each gradient times 1 / the loss scale (in its dtype); None stays None. Takes a list as
+        TensorFlow's, or any pytree of gradients (what `jax.grad` returns)."""
+        reciprocal = 1.0 / self._scale("get_unscaled_gradients")
+
+        def unscale(g):
+            g = _array(g, "a gradient given to get_unscaled_gradients",
+                       "pass a list (or pytree) of gradient arrays, None where there is none")
+            return g * reciprocal.astype(g.dtype)
+        unscaled = jax.tree_util.tree_map(unscale, grads)
+        return list(unscaled) if isinstance(grads, tuple) else unscaled
 
     # --- slots ------------------------------------------------------------------------------
     def _slots(self, variables: list[Variable]) -> SlotGroup:
@@ -124,6 +200,12 @@ class Optimizer:
         state = jax.tree_util.tree_unflatten(group.treedef, [s.read_value() for s in group.slots])
         params = Params([v.read_value() for v in group.variables])
         updates, new_state = self._tx.update(Params([jnp.asarray(g) for g in grads]), state, params)
+        scale = self._loss_scale
+        if isinstance(scale, loss_scales.DynamicLossScale):  # a non-finite gradient skips the step
+            finite = loss_scales.all_finite([jnp.asarray(g) for g in grads])
+            updates = [jnp.where(finite, u, jnp.zeros_like(u)) for u in updates]
+            new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+            scale.update(finite)
         for v, u in zip(group.variables, updates):
             if cross_replica:
                 strategy.extended.update(v, _add_update, args=(u,))
@@ -150,6 +232,8 @@ class SlotGroup:
             self.slots = [Variable(self._initial(optimizer.name, pending, owner, path, leaf), trainable=False,
                                    name=f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}")
                           for owner, path, leaf in self.leaves]
+        for slot in self.slots:
+            slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
 
     def _label(self, owner: int | None) -> str:
         return "group" if owner is None else self.variables[owner].name

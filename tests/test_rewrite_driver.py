@@ -1,0 +1,143 @@
+"""The rewrite driver (passes/rewrite.py) and the pass manager's requirement check."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from strategax import ir
+from strategax.ir import Locality, Operation, TensorType, Value
+from strategax.passes import PassManager, PassOrderError, get_pass, parse_pipeline
+from strategax.passes.rewrite import BlockRewriter
+
+F32 = TensorType((3,), np.dtype("float32"), Locality.PER_REPLICA)
+
+
+def _op(name, operands, n_results=1, **attrs):
+    return Operation(name, list(operands), [Value(F32, f"{name[4:]}") for _ in range(n_results)], attrs)
+
+
+def _block():
+    x = Value(F32, "x")
+    a = _op("jax.neg", [x])
+    b = _op("jax.exp", [a.result])
+    c = _op("jax.add", [a.result, b.result])
+    return ir.Block([x], [a, b, c], [c.result]), x, a, b, c
+
+
+def test_replace_redirects_later_operands_and_block_results():
+    # Intent: after replace(b, [x]) every reader of b's result reads x, b is gone, and commit
+    # reports the change; the users/producers facts describe the block as it was given.
+    block, x, a, b, c = _block()
+    rw = BlockRewriter(block)
+    assert rw.users(a.result) == [b, c] and rw.producer(b.result) is b and rw.num_uses(c.result) == 1
+    for op in rw.ops():
+        if op is b:
+            rw.replace(b, [x])
+    assert rw.commit() is True
+    assert block.ops == [a, c] and c.operands == [a.result, x]
+
+
+def test_chains_resolve_and_except_in_keeps_the_old_value():
+    # Intent: a -> b -> c replacements resolve to their end; `except_in` leaves one reader alone
+    # (a collective inserted after a read keeps reading it while everything else reads the sum).
+    block, x, a, b, c = _block()
+    rw = BlockRewriter(block)
+    total = _op("sx.all_reduce", [a.result], op="sum", reason="test")
+    rw.insert_after(a, [total])
+    rw.replace_uses(a.result, total.result, except_in=[total])
+    assert rw.commit()
+    assert block.ops == [a, total, b, c]
+    assert total.operands == [a.result] and b.operands == [total.result] and c.operands[0] is total.result
+
+
+def test_insert_before_erase_and_nothing_changed():
+    # Intent: inserted ops land where asked (before an inserted op too); an untouched block
+    # commits as unchanged and keeps its ops.
+    block, x, a, b, c = _block()
+    assert BlockRewriter(block).commit() is False and block.ops == [a, b, c]
+    rw = BlockRewriter(block)
+    n1 = _op("jax.abs", [x])
+    n2 = _op("jax.sin", [x])
+    rw.insert_before(b, [n1])
+    rw.insert_before(n1, [n2])
+    rw.set_operand(b, 0, n1.result)
+    rw.erase(c)
+    block.results = [b.result]
+    assert rw.commit()
+    assert block.ops == [a, n2, n1, b] and b.operands == [n1.result]
+
+
+def test_reorder_puts_definitions_before_uses():
+    # Intent: an op that moved before the value it reads is placed after it by commit's sort.
+    block, x, a, b, c = _block()
+    rw = BlockRewriter(block)
+    d = _op("jax.neg", [c.result])
+    rw.insert_before(a, [d])
+    rw.reorder()
+    block.results = [d.result]
+    rw.commit()
+    assert block.ops.index(d) > block.ops.index(c)
+
+
+SIMPLIFY = """module @m attributes {num_replicas = 2} {
+  func @main(%x: f32[3]) -> (f32[3]) {
+    %r = sx.all_reduce %x {op = "mean", reason = "r"} : f32[3]
+    return %r
+  }
+}
+"""
+
+
+def test_a_pass_before_its_requirement_is_refused():
+    # Intent: simplify-collectives reads localities; before infer-locality in one pipeline, or on
+    # a module whose values carry no localities, the manager refuses, naming both passes.
+    with pytest.raises(PassOrderError, match="'simplify-collectives' reads what 'infer-locality' computes"):
+        PassManager(parse_pipeline("simplify-collectives,infer-locality")).run(ir.parse(SIMPLIFY))
+    with pytest.raises(PassOrderError, match="add 'infer-locality' before 'simplify-collectives'"):
+        PassManager(parse_pipeline("simplify-collectives")).run(ir.parse(SIMPLIFY))
+    pm = PassManager(parse_pipeline("infer-locality,simplify-collectives"))
+    out = pm.run(ir.parse(SIMPLIFY))
+    assert pm.changed == {"infer-locality": True, "simplify-collectives": False}  # %x is per-replica
+    assert "sx.all_reduce" in str(out)
+
+
+def test_apply_says_whether_it_changed_anything():
+    # Intent: a pass's apply returns True exactly when it changed the module (a second cse finds
+    # nothing left to merge).
+    text = """module @m attributes {num_replicas = 2} {
+  func @main(%x: f32[3] per_replica) -> (f32[3] per_replica) {
+    %a = jax.neg %x : f32[3] per_replica
+    %b = jax.neg %x : f32[3] per_replica
+    %c = jax.add %a, %b : f32[3] per_replica
+    return %c
+  }
+}
+"""
+    module = ir.parse(text)
+    cse = get_pass("cse")
+    assert cse.apply(module) is True
+    assert cse.apply(module) is False
+    assert str(module).count("jax.neg") == 1
+
+
+def test_an_undeclared_op_is_a_named_error():
+    # Intent: an op no dialect declares (built in Python, never verified) reaching a pass that
+    # needs its declaration is an UndeclaredOpError naming the op and its line, not an
+    # AttributeError on None.
+    x = Value(F32, "x")
+    op = Operation("foo.bar", [x], [Value(F32, "y")], loc=ir.Location("train.py", 7))
+    module = ir.Module("m", {"num_replicas": 2}, funcs=[ir.Func("main", ir.Block([x], [op], [op.result]))])
+    with pytest.raises(ir.UndeclaredOpError, match=r"op 'foo.bar' at train.py:7 is declared by no dialect"):
+        get_pass("infer-locality").apply(module)
+
+
+def test_the_tools_run_under_python_OO():
+    # Intent: `python -OO` strips docstrings; the command-line tools' help does not read them.
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for tool in ("strategax_opt", "strategax_dump"):
+        out = subprocess.run([sys.executable, "-OO", "-m", f"strategax.tools.{tool}", "--help"], capture_output=True,
+                             text=True, env={**os.environ, "PYTHONPATH": root}, timeout=120)
+        assert out.returncode == 0 and "usage:" in out.stdout, out.stderr
