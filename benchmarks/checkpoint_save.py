@@ -1,7 +1,7 @@
 """Checkpoint saves during training: the MLP step of optimizer_step.py (sx.Optimizer(adam),
 8 simulated CPU devices) widened to HIDDEN units, plus a HIDDEN x HIDDEN matrix the step does
-not train (default 2048: 22 MiB of parameters and Adam state in the checkpoint), saved through sx.CheckpointManager synchronously and with
-async_save, against orbax alone saving the same arrays (`ocp.Checkpointer` /
+not train (default 2048: 22 MiB of parameters and Adam state in the checkpoint), saved through
+sx.CheckpointManager synchronously and with async_save, against orbax alone saving the same arrays (`ocp.Checkpointer` /
 `ocp.AsyncCheckpointer` of a plain dict of jax arrays: the same work without strategax).
 
 Prints, as medians over ROUNDS saves: the step time without a save; the time a save blocks
@@ -13,7 +13,7 @@ Run: python benchmarks/checkpoint_save.py [--hidden H] [--rounds R]
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import shutil  # noqa: E402
@@ -42,6 +42,7 @@ def wide_params(hidden: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    device.add_argument(parser)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -111,7 +112,8 @@ def main() -> None:
     shutil.rmtree(root, ignore_errors=True)
 
     med = statistics.median
-    print(f"{nbytes / 2**20:.0f} MiB stored (parameters {args.hidden} wide, Adam state), 8 replicas; "
+    print(f"{nbytes / 2**20:.0f} MiB stored (parameters {args.hidden} wide, Adam state), "
+          f"{strategy.num_replicas_in_sync} replicas; "
           f"step without a save {plain * 1e3:.1f} ms")
     for name in ("sync", "async"):
         sx_block = med(r[0][0] for r in rows[name])

@@ -1,15 +1,14 @@
-"""Eager calls outside a `strategy.function` (MirroredStrategy, 8 simulated CPU devices):
+"""Eager calls outside a `strategy.function` (MirroredStrategy, 8 simulated CPU devices or `--device gpu`):
 `strategy.run` of a fresh lambda per call against the same function every call, eager
 `strategy.gather` and `strategy.reduce`, and the same work hand-written in JAX (a cached
 `jax.jit` of a `shard_map`). Prints the median time per call of each, and the ratios.
 A fresh lambda of the same code and captured values reuses the first one's program, so its
 ratio to the same-function call stays near 1 (it compiled every call, ~150x, before).
 
-    PYTHONPATH=. python benchmarks/eager_cache.py [--calls 50] [--rounds 5]
+    PYTHONPATH=. python benchmarks/eager_cache.py [--calls 50] [--rounds 5] [--device auto|cpu|gpu]
 """
-import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -37,11 +36,13 @@ def per_call(fn, calls: int, rounds: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    device.add_argument(ap)
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    strategy = sx.MirroredStrategy()
+    strategy = sx.MirroredStrategy(device.devices())
     n = strategy.num_replicas_in_sync
+    print(device.describe(strategy.extended.worker_devices))
     values = strategy.experimental_distribute_values_from_function(
         lambda ctx: jnp.full((256,), ctx.replica_id_in_sync_group + 1.0))
     scale = 2.0
@@ -59,7 +60,8 @@ def main() -> None:
     reduce = per_call(lambda: strategy.reduce("SUM", values, axis=None), args.calls, args.rounds)
 
     mesh = strategy._mesh
-    placed = jax.device_put(jnp.concatenate([jax.device_get(v) for v in values.values]), jax.sharding.NamedSharding(mesh, P(mesh.axis_names[0])))
+    placed = jax.device_put(jnp.concatenate([jax.device_get(v) for v in strategy.experimental_local_results(values)]),
+                            jax.sharding.NamedSharding(mesh, P(mesh.axis_names[0])))
     hand = jax.jit(jax.shard_map(lambda x: jnp.tanh(x * scale) + 1.0, mesh=mesh,
                                  in_specs=P(mesh.axis_names[0]), out_specs=P(mesh.axis_names[0])))
     jax_run = per_call(lambda: hand(placed), args.calls, args.rounds)

@@ -8,7 +8,7 @@ Run: python benchmarks/input_pipeline.py [--steps N] [--rounds R]
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -36,6 +36,7 @@ def epoch(step, params, elements) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    device.add_argument(parser)
     parser.add_argument("--steps", type=int, default=20, help="batches per timing round")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--buffer", type=int, default=2, help="experimental_per_replica_buffer_size")

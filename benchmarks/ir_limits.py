@@ -79,6 +79,8 @@ def parse_memory(text: str) -> tuple[float, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                    help="accepted as by every benchmark; this one runs no device program")
     ap.add_argument("--size", type=int, default=2_000_000, help="bytes of each parse-memory input")
     args = ap.parse_args()
     wall, rss, code = splat_run()

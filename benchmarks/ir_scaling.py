@@ -94,6 +94,8 @@ def measure(num_ops: int, repeat: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                    help="accepted as by every benchmark; this one runs no device program")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()

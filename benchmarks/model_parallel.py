@@ -1,7 +1,7 @@
 """Model-parallel MLP step: strategax TPUStrategy vs the same step hand-written with
 `jax.jit` and `NamedSharding` constraints. Interleaved timing; prints the median ratio.
 
-Run: python benchmarks/model_parallel.py [--replicas 2] [--logical 4] [--iters 30]
+Run: python benchmarks/model_parallel.py [--replicas 2] [--logical 4] [--iters 30] [--device auto|cpu|gpu]
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import jax  # noqa: E402
@@ -50,6 +50,7 @@ def hand_written_step(mesh, logical_axes: tuple[str, ...]):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    device.add_argument(ap)
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--logical", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64, help="per replica")
@@ -58,7 +59,16 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     a = ap.parse_args()
 
-    strategy = sx.TPUStrategy(jax.devices()[:a.replicas * a.logical], logical_devices_per_replica=a.logical)
+    needed = a.replicas * a.logical
+    found = jax.devices("gpu") if device.platform() == "gpu" else jax.devices("cpu")[:device.CPU_DEVICES]
+    if a.logical < 2:
+        device.not_run("model_parallel", "a replica of one device is not model-parallel: pass --logical 2 or more")
+    if len(found) < needed:
+        device.not_run("model_parallel", f"{a.replicas} replicas x {a.logical} logical devices need {needed} "
+                       f"devices, this machine has {len(found)} (pass --replicas and --logical to fit)")
+    devices = found[:needed]
+    print(device.describe(devices))
+    strategy = sx.TPUStrategy(devices, logical_devices_per_replica=a.logical)
     sx_step = mlp.make_train_step(strategy)
     params = mlp.init_params(a.d, a.hidden, a.d)
     x, y = mlp.make_batch(a.replicas, a.batch, a.d, a.d)
@@ -90,7 +100,7 @@ def main() -> None:
         t_hand.append(t2 - t1)
         ratios.append((t1 - t0) / (t2 - t1))
     print(f"model-parallel MLP step, {a.replicas} replicas x {a.logical} logical devices, "
-          f"batch {a.batch}/replica, {a.d}-{a.hidden}-{a.d}, {jax.devices()[0].platform}")
+          f"batch {a.batch}/replica, {a.d}-{a.hidden}-{a.d}, {devices[0].platform}")
     print(f"strategax   median {statistics.median(t_sx) * 1e3:.2f} ms")
     print(f"hand-written median {statistics.median(t_hand) * 1e3:.2f} ms")
     print(f"median ratio strategax / hand-written: {statistics.median(ratios):.3f}")

@@ -1,5 +1,5 @@
 """Many steps per call: 20 steps of a small MLP (16-32-4, global batch 64, 8 simulated CPU
-devices, SGD on MEAN all-reduced gradients) as ONE strategax program (`for _ in
+devices or every GPU, SGD on MEAN all-reduced gradients) as ONE strategax program (`for _ in
 sx.range(20): strategy.run(step, args=(next(iterator),))`) against 20 one-step strategax
 calls (`step(next(iterator))`), and against the same 20 steps hand-written in JAX (one
 `jax.jit(shard_map(lax.scan))` over pre-stacked batches, the gradients all-reduced as one
@@ -7,11 +7,10 @@ flat vector as strategax's fuse-collectives does). Both strategax sides read the
 kind of iterator, its prefetch buffer filled before the clock starts. Checks that both end
 with the same weights, then prints median times and ratios.
 
-Run: python benchmarks/multi_step.py [--rounds R] [--steps N]
+Run: python benchmarks/multi_step.py [--rounds R] [--steps N] [--device auto|cpu|gpu]
 """
-import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -85,13 +84,15 @@ def jax_scan(mesh, steps: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    device.add_argument(parser)
     parser.add_argument("--steps", type=int, default=20, help="steps per program / per round")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     n = args.steps
 
-    devices = jax.devices()[:8]
+    devices = device.devices()
     strategy, mesh = sx.MirroredStrategy(devices), Mesh(np.array(devices), ("r",))
+    print(device.describe(devices))
     rng = np.random.default_rng(0)
     host = [(rng.normal(size=(GLOBAL_BATCH, SIZES[0])).astype(np.float32),
              rng.integers(0, SIZES[2], size=(GLOBAL_BATCH,)).astype(np.int32)) for _ in range(n)]

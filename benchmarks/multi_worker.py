@@ -11,8 +11,7 @@ import os
 import sys
 
 WORKER = os.environ.get("STRATEGAX_BENCH_WORKER") == "1"
-if not WORKER:
-    os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags (a worker's are in its environment): before jax
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -142,7 +141,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timing round")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--layouts", default="2x4,4x2", help="WORKERSxDEVICES,... (8 devices in all)")
+    device.add_argument(parser)
     args = parser.parse_args()
+    if not WORKER and device.platform() != "cpu":
+        device.not_run("multi_worker", "its workers are processes over simulated CPU devices (gloo collectives)")
     if WORKER:
         tx0 = loopback_tx_bytes()
         result = measure(STRATEGY, args.steps, args.rounds)
@@ -150,7 +152,8 @@ def main() -> None:
         result["timed_steps"] = 2 * args.rounds * args.steps + 8
         print(json.dumps(result), flush=True)
         return
-    one = measure(sx.MirroredStrategy(jax.devices()[:8]), args.steps, args.rounds)
+    print(device.describe(device.devices()))
+    one = measure(sx.MirroredStrategy(device.devices()), args.steps, args.rounds)
     print(f"1 process x 8 devices   strategax {one['sx'] * 1e3:8.2f} ms  hand-written {one['jax'] * 1e3:8.2f} ms  "
           f"ratio {one['ratio']:.3f}")
     for layout in args.layouts.split(","):

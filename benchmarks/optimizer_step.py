@@ -8,7 +8,7 @@ Run: python benchmarks/optimizer_step.py [--steps N] [--rounds R]
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -65,6 +65,7 @@ def make_jax_step(mesh, tx):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    device.add_argument(parser)
     parser.add_argument("--steps", type=int, default=20, help="steps per timing round")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()

@@ -13,7 +13,7 @@ Run: python benchmarks/padding_masks.py [--steps N] [--rounds R]
 """
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -54,6 +54,7 @@ def compiled_without_masks(step, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    device.add_argument(parser)
     parser.add_argument("--steps", type=int, default=20, help="steps per timing round")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
@@ -72,7 +73,8 @@ def main() -> None:
           f"unmasked program {ir_plain.count('sx.mask_rows')}")
     a, b = masked(params, batch), unmasked(params, batch)
     for k in a:
-        np.testing.assert_allclose(np.asarray(a[k].values[0]), np.asarray(b[k].values[0]), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(strategy.experimental_local_results(a[k])[0]),
+                                   np.asarray(strategy.experimental_local_results(b[k])[0]), rtol=1e-5, atol=1e-7)
 
     costs = []
     for fn in (masked, unmasked):

@@ -4,11 +4,10 @@ the mesh, which is what a mirrored variable's buffer is). Prints each thousand's
 the ratio of the last thousand to the first: linear creation keeps it near 1 (it was 9x at the
 8,000th thousand when each new name scanned the names issued before it).
 
-    PYTHONPATH=. python benchmarks/variable_creation.py [--thousands 8]
+    PYTHONPATH=. python benchmarks/variable_creation.py [--thousands 8] [--device auto|cpu|gpu]
 """
-import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
 import argparse  # noqa: E402
 import time  # noqa: E402
@@ -33,9 +32,11 @@ def per_thousand(make, thousands: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    device.add_argument(ap)
     ap.add_argument("--thousands", type=int, default=8)
     args = ap.parse_args()
-    strategy = sx.MirroredStrategy()
+    strategy = sx.MirroredStrategy(device.devices())
+    print(device.describe(strategy.extended.worker_devices))
     replicated = NamedSharding(strategy._mesh, P())
     value = np.float32(0.0)
     with strategy.scope():

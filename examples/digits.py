@@ -10,6 +10,7 @@ accuracy.
     python examples/digits.py                 # 15 epochs, then held-out accuracy
     python examples/digits.py                 # resumes: 15 more epochs
     python examples/digits.py --fresh         # forget the checkpoints and start over
+    python examples/digits.py --compression bf16   # gradients all-reduced in bfloat16
     python examples/digits.py --epochs 0 --report digits.html   # the training program's report
 """
 from __future__ import annotations
@@ -126,13 +127,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ckpt-dir", default=DEFAULT_CKPT_DIR, help="where checkpoints go")
     parser.add_argument("--fresh", action="store_true", help="delete old checkpoints first")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--compression", choices=["bf16", "f16"], help="send the gradients in this type")
     parser.add_argument("--report", metavar="PATH", help="write the HTML report of train_steps to PATH")
     args = parser.parse_args(argv)
     from tqdm import tqdm
 
     if args.fresh:
         shutil.rmtree(args.ckpt_dir, ignore_errors=True)
-    strategy = sx.MirroredStrategy()
+    strategy = sx.MirroredStrategy(communication_options=sx.CommunicationOptions(compression=args.compression))
     print(f"strategy: {strategy.num_replicas_in_sync} replicas on {jax.devices()[0].platform}")
     (x_train, y_train), (x_test, y_test) = load_data()
     print(f"data: {len(x_train)} training and {len(x_test)} held-out 8x8 digits, "

@@ -1,14 +1,22 @@
 """Test setup: 8 simulated CPU devices, and a check run after every test that each program it
 compiled round-trips through the IR text and runs to the same numbers (also on the
 reference interpreter)."""
+import atexit
 import inspect
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The suite runs with the compilation cache on, as users get it, but in a folder of its own
+# (never the user's, shared by the worker processes it starts), removed when it ends.
+_CACHE = tempfile.mkdtemp(prefix="strategax-test-cache-")
+os.environ["STRATEGAX_COMPILATION_CACHE"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

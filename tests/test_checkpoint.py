@@ -21,7 +21,8 @@ from conftest import assert_names_this_line, here, tensor
 DATA = pathlib.Path(__file__).parent / "data/tf"
 RECORDED = json.loads((DATA / "variables.json").read_text())["scenarios"]
 CASES = sorted(k for k in RECORDED if k.startswith("checkpoint_"))
-TF = {k.rsplit("_r", 1)[0]: v["result"] for k, v in json.loads((DATA / "checkpoints.json").read_text())["scenarios"].items()}
+TF = {k.rsplit("_r", 1)[0]: v["result"]
+      for k, v in json.loads((DATA / "checkpoints.json").read_text())["scenarios"].items()}
 
 
 def orbax_alone(path):
@@ -53,7 +54,8 @@ def test_restore_rule_matches_tensorflow(case, tmp_path):
     for got, want in zip(v.values, rec["save"]["values_at_save"]["values"]):
         np.testing.assert_allclose(np.asarray(got), tensor(want))
     path = sx.Checkpoint(v=v).save(str(tmp_path))
-    np.testing.assert_allclose(orbax_alone(path)["v"], tensor(rec["save"]["stored_in_checkpoint"]["v/.ATTRIBUTES/VARIABLE_VALUE"]))
+    np.testing.assert_allclose(orbax_alone(path)["v"],
+                               tensor(rec["save"]["stored_in_checkpoint"]["v/.ATTRIBUTES/VARIABLE_VALUE"]))
 
     _, fresh = make_var(rec["restore_devices"], sync, agg)
     sx.Checkpoint(v=fresh).restore(path)
@@ -229,7 +231,8 @@ def test_restore_rejects_another_optax_transformation(tmp_path):
     with st.scope():
         fresh = {k: sx.Variable(np.zeros_like(v), name=k) for k, v in INIT.items()}
         sgd = sx.Optimizer(optax.sgd(0.1, momentum=0.9))
-    with pytest.raises(sx.CheckpointError, match=r"holds \['0/count', '0/mu', '0/nu'\], this optimizer keeps \['0/trace'\]"):
+    with pytest.raises(sx.CheckpointError,
+                       match=r"holds \['0/count', '0/mu', '0/nu'\], this optimizer keeps \['0/trace'\]"):
         sx.Checkpoint(params=fresh, optimizer=sgd).restore(path)
     assert all(not fresh[k].numpy().any() for k in INIT) and not sgd._pending
 

@@ -168,3 +168,44 @@ def test_a_leaf_replaced_by_a_container_takes_the_full_path(st, signatures):
     np.testing.assert_allclose(np.asarray(f({"a": x}, 1.0)["a"]), np.arange(3.0) * 2 + 1)
     np.testing.assert_allclose(np.asarray(f(x, None)), np.arange(3.0) * 2)
     assert signatures[0] == 4
+
+
+def test_outputs_of_every_container_come_back_through_the_shortcut(st, signatures):
+    # Intent: the shortcut writes tuples, lists, dicts and None out and leaves other pytrees
+    # (a namedtuple) to JAX: each call gives the same structure and NumPy's numbers.
+    from collections import namedtuple
+    Pair = namedtuple("Pair", "a b")
+    f = st.function(lambda x: ((x + 1.0,), [x * 2.0, None], {"z": x - 1.0, "a": {"k": x}}, Pair(x, ())))
+    x = jnp.arange(3.0)
+    ref = np.arange(3.0)
+    for _ in range(3):
+        (one,), (two, none), d, pair = f(x)
+        assert none is None and list(d) == ["a", "z"] and type(pair) is Pair and pair.b == ()
+        for got, want in ((one, ref + 1), (two, ref * 2), (d["z"], ref - 1), (d["a"]["k"], ref), (pair.a, ref)):
+            np.testing.assert_allclose(np.asarray(got), want)
+    assert signatures[0] == 1
+
+
+@pytest.mark.parametrize("make", [lambda: sx.MirroredStrategy(jax.devices()[:1]),
+                                  lambda: sx.OneDeviceStrategy(jax.devices()[0])], ids=["mirrored1", "one_device"])
+def test_one_replica_hands_back_plain_arrays_through_the_shortcut(make, signatures):
+    # Intent: with one replica TensorFlow returns plain values: a per-replica scalar, a
+    # per-replica vector and a reduced value come back as arrays of the one replica's shape,
+    # the same from the shortcut as from the first call, with NumPy's numbers.
+    st = make()
+
+    @st.function
+    def f(x, s):
+        per = st.run(lambda a, b: (a * 2.0, b + 1.0), args=(x, s))
+        return per, st.reduce("SUM", per[0], axis=None)
+
+    x = st.experimental_distribute_values_from_function(lambda c: np.arange(4, dtype=np.float32))
+    s, want_s = jnp.float32(3.0), 3.0
+    for _ in range(4):
+        (vec, scalar), total = f(x, s)
+        want_s += 1.0
+        for got, want in ((vec, np.arange(4.0) * 2), (scalar, np.float32(want_s)), (total, np.arange(4.0) * 2)):
+            assert isinstance(got, jax.Array) and got.shape == np.shape(want)
+            np.testing.assert_allclose(np.asarray(got), want)
+        s = scalar  # an output fed back is a plain array too
+    assert signatures[0] == 1  # the fed-back scalar fits the shortcut too

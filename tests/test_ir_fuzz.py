@@ -30,7 +30,13 @@ HOSTILE = ["1e309", "-1e309", "inf", "-inf", "nan", "0", "-1", "9" * 5000, "(1.0
            "dense<i32[2]: 1.5, 2>", "dense<bool[1]: 7>", "dense<u8[1]: -1>", "dense<i4[1]: 9>",
            "18446744073709551616", "()", "(0,)", "[]", "@nosuch", "none", "true", "f32",
            "#Precision.HIGHEST", "((1,), (0,))", '"x"', "f32[99999999999999999999]",
-           "f32[4294967296,4294967296]", "f32[0]", "i32[1,2,3,4,5,6,7,8,9]", "loc(\"x\":99999999999999999999)"]
+           "f32[4294967296,4294967296]", "f32[0]", "i32[1,2,3,4,5,6,7,8,9]", "loc(\"x\":99999999999999999999)",
+           # the named kinds: JAX records, enums, held objects and primitives by name
+           '#held<"f#1">', "#held<1>", '#primitive<"nosuch">', "#Foo.BAR", "#AxisType.Explicit", "#X{a = 1}",
+           "#a..b", "#X{a = 1, a = 2}", "#Device{platform = \"cpu\", id = 99}", "#PartitionSpec{partitions = 3}",
+           "#NamedSharding{mesh = #AbstractMesh{axis_sizes = (2,), axis_names = (), axis_types = ()}, "
+           "spec = #PartitionSpec{partitions = (\"x\",)}}", "#jaxpr<{^(%a: f32[]):\n  yield %a}>",
+           "#jaxpr<{^(%a: f32[2]):\n  %b = jax.neg %a : f32[3]\n  yield %b}>", "#jaxpr<{^(): yield}>"]
 
 
 def _tokens(text: str) -> list[tuple[int, int, str, str]]:

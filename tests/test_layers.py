@@ -130,3 +130,15 @@ def test_the_graph_sees_deferred_and_relative_imports(tmp_path):
     finally:
         ROOT = saved
     assert got == {"strategax.a.n", "strategax.b.c", "strategax.errors"}
+
+
+def test_nothing_under_ir_imports_jax():
+    # Intent: the IR knows no JAX (DESIGN.md): its attributes are plain data; how a JAX object
+    # becomes one, and back, is `dialects/jax_attrs.py`'s job.
+    bad = []
+    for path in sorted((ROOT / "ir").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in ("jax", "jaxlib")]
+    assert not bad, "\n".join(bad)

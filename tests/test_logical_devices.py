@@ -21,7 +21,18 @@ _spec.loader.exec_module(mlp)
 
 
 def replica_groups(line: str) -> list[list[int]]:
-    """The replica groups of one HLO collective, expanded to explicit device lists."""
+    """The replica groups of one HLO collective, expanded to explicit device lists, whichever
+    way XLA writes them: listed, iota (`[2,4]<=[8]`), or over named mesh axes (JAX 0.11:
+    `mesh['replica'=2,'l0'=4] {'replica'}`, devices numbered row-major over the mesh)."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\] \{([^}]*)\}", line)
+    if m:
+        axes = [(name.strip("'"), int(size)) for name, size in (a.split("=") for a in m.group(1).split(","))]
+        over = {a.strip().strip("'") for a in m.group(2).split(",") if a.strip()}
+        ids = np.arange(int(np.prod([size for _, size in axes]))).reshape([size for _, size in axes])
+        order = [i for i, (name, _) in enumerate(axes) if name not in over] + \
+                [i for i, (name, _) in enumerate(axes) if name in over]
+        size = int(np.prod([size for name, size in axes if name in over]))
+        return sorted(sorted(g) for g in ids.transpose(order).reshape(-1, size).tolist())
     m = re.search(r"replica_groups=\{(\{[\d,{}]*\})\}", line)
     if m:
         return sorted(sorted(int(d) for d in g.split(",")) for g in re.findall(r"\{([\d,]+)\}", m.group(1)))
@@ -144,8 +155,8 @@ def test_device_assignment_build():
     strategy = sx.TPUStrategy(experimental_device_assignment=da)
     assert strategy.num_replicas_in_sync == 2 and strategy.logical_devices_per_replica == 4
     x = np.ones((2, 8), np.float32)
-    out = strategy.run(lambda v: strategy.experimental_split_to_logical_devices(v, [4]) * 3.0,
-                       args=(strategy.experimental_distribute_values_from_function(lambda c: x[c.replica_id_in_sync_group]),))
+    values = strategy.experimental_distribute_values_from_function(lambda c: x[c.replica_id_in_sync_group])
+    out = strategy.run(lambda v: strategy.experimental_split_to_logical_devices(v, [4]) * 3.0, args=(values,))
     for o in strategy.experimental_local_results(out):
         np.testing.assert_allclose(o, np.full((8,), 3.0))
 
@@ -205,7 +216,7 @@ PROPAGATE_BEFORE = """module @m attributes {num_replicas = 1, logical_axes = (("
     return %s
   }
 }
-"""
+"""  # noqa: E501  IR text: one op a line, as the printer writes it
 
 
 def test_propagate_sharding_forward_through_dot_elementwise_and_reduction():

@@ -61,7 +61,8 @@ def preempt_and_resume(tmp_path, workers: int, devices: tuple[int, int], referen
         results = [job.result(w) for w in range(workers)]
     # the async save of the last step, still being written at exit, was completed, not lost
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as orbax:
-        final = orbax.restore(sx.latest_checkpoint(str(ckpt)), args=ocp.args.StandardRestore(fallback_sharding=one_device))
+        final = orbax.restore(sx.latest_checkpoint(str(ckpt)),
+                              args=ocp.args.StandardRestore(fallback_sharding=one_device))
     assert (int(final["checkpointed_runs"]), float(final["seen"])) == (STEPS, STEPS * GLOBAL_BATCH)
     for r in results:
         assert r["start"] == saved[0]  # resumed where the preempted run stopped

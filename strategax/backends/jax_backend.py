@@ -14,7 +14,8 @@ from jax.sharding import Mesh
 
 from ..dialects import LOWERINGS, generic_lowering
 from ..dialects.logical import constrain_propagated
-from ..ir import Block, Module, has_collective, is_collective
+from ..ir import Block, Locality, Module, TensorType, has_collective, is_collective
+from . import compile_cache
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
 from .metadata import op_metadata
@@ -66,7 +67,8 @@ class Executable:
         main = module.main
         nargs, var_types = len(main.body.args), [v.type for v in module.vars]
         self.in_layouts = [ReplicaLayout(mesh, t) for t in [a.type for a in main.body.args] + var_types]
-        self.out_layouts = [ReplicaLayout(mesh, t) for t in [r.type for r in main.body.results] + var_types]
+        self.out_layouts = [ReplicaLayout(mesh, _result_type(r.type, mesh)) for r in main.body.results] + [
+            ReplicaLayout(mesh, t) for t in var_types]
         # XLA:CPU deadlocks with many programs that communicate queued (backends/inflight.py):
         # the smallest output (a result before a variable) marks when a run has finished
         sizes = [(i >= len(main.body.results), int(np.prod(lay.global_shape)), i)
@@ -78,6 +80,7 @@ class Executable:
             donate_argnums = range(nargs, nargs + len(var_types))
         ctx = LoweringContext(mesh.shape[AXIS], mesh)
         in_layouts, out_layouts = self.in_layouts, self.out_layouts
+        self._cache_first_run = compile_cache.configure() is not None  # its compilation goes to the cache
 
         def body(*local):
             args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
@@ -87,15 +90,20 @@ class Executable:
 
         body.__name__ = body.__qualname__ = module.name  # XLA's module: jit_<name>, in profiles too
 
-        mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
-                               out_specs=tuple(l.spec for l in out_layouts), check_vma=False,
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(lay.spec for lay in in_layouts),
+                               out_specs=tuple(lay.spec for lay in out_layouts), check_vma=False,
                                axis_names={AXIS})  # logical-device axes stay automatic
-        self.jitted = jax.jit(mapped, in_shardings=tuple(l.sharding for l in in_layouts),
-                              out_shardings=tuple(l.sharding for l in out_layouts),
+        self.jitted = jax.jit(mapped, in_shardings=tuple(lay.sharding for lay in in_layouts),
+                              out_shardings=tuple(lay.sharding for lay in out_layouts),
                               donate_argnums=tuple(donate_argnums))
 
     def __call__(self, *global_args) -> tuple:
-        outs = self.jitted(*global_args)
+        if self._cache_first_run:
+            with compile_cache.writing():
+                outs = self.jitted(*global_args)
+            self._cache_first_run = False
+        else:
+            outs = self.jitted(*global_args)
         if self.marker is not None:
             throttle(outs[self.marker])
         return outs
@@ -109,6 +117,14 @@ class Executable:
         specs = [jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=lay.sharding)
                  for x, lay in zip(global_args, self.in_layouts)]
         return jax.export.export(self.jitted, platforms=tuple(platforms))(*specs)
+
+
+def _result_type(t: TensorType, mesh: Mesh) -> TensorType:
+    """With one replica a per-replica scalar result comes back as the scalar, not stacked into a
+    vector of one: the caller hands it to the user as it is (trace/fast_call.py)."""
+    if mesh.shape[AXIS] == 1 and t.locality is Locality.PER_REPLICA and not t.shape:
+        return t.with_locality(Locality.MIRRORED)
+    return t
 
 
 def make_mesh(devices: Sequence[jax.Device]) -> Mesh:

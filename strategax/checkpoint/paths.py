@@ -5,9 +5,10 @@
 in the prefix's directory. N is one more than the largest number in the directory, taken by
 renaming a fresh folder (named after its owner) to `.sx-claim-N`, which fails when that claim
 exists, so two savers never hold the same N; orbax writes the checkpoint inside the claim, and
-it is published with one `rename` to its final name, so `name-N` only ever names a complete checkpoint. A claim whose owner process is
-gone (killed mid-save) is removed by the next save in that directory, as is the trash of
-checkpoints a manager deleted (renamed away first, so deletion is atomic too).
+it is published with one `rename` to its final name, so `name-N` only ever names a complete
+checkpoint. A claim whose owner process is gone (killed mid-save) is removed by the next save in
+that directory, as is the trash of checkpoints a manager deleted (renamed away first, so deletion
+is atomic too).
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def write(path: str, tree: dict, asynchronous: bool) -> Callable[[], None]:
 
     def finish() -> None:
         try:
-            if asynchronous:
+            if isinstance(checkpointer, ocp.AsyncCheckpointer):
                 checkpointer.wait_until_finished()
         finally:
             checkpointer.close()

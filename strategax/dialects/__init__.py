@@ -2,7 +2,8 @@
 effects, AD, batching, lowering and reference rules side by side (as JAX's
 `lax/parallel.py` keeps a primitive's rules together).
 
-- `jax_ops`: every JAX primitive as a generic `jax.<name>` op;
+- `jax_ops`: every JAX primitive as a generic `jax.<name>` op (`primitives`: found by name;
+  `jax_attrs`: its parameters as IR attributes and back);
 - `collectives`: `sx.constant`, `sx.replica_id`, `sx.all_reduce`, `sx.all_gather`;
 - `bucket`: `sx.all_reduce_bucket` (made by fuse-collectives);
 - `variables`: `sx.var_read`, `sx.var_assign*`, `sx.broadcast`;
@@ -10,10 +11,13 @@ effects, AD, batching, lowering and reference rules side by side (as JAX's
 - `control_flow`: `jax.cond`, `jax.while`, `jax.scan` with regions;
 - `rows`: `sx.rows` (a padded batch's row axis) and `sx.mask_rows` (its padded rows hidden).
 """
-from . import bucket, collectives, control_flow, jax_ops, logical, rows, variables
-from .jax_ops import INLINED_PRIMITIVES, DERIVED_PARAMS, generic_lowering, generic_reference, register_primitive
+from . import bucket, collectives, control_flow, jax_attrs, jax_ops, logical, rows, variables
+from .jax_attrs import AttrError, from_attr, to_attr
+from .jax_ops import INLINED_PRIMITIVES, DERIVED_PARAMS, generic_lowering, generic_reference
+from .primitives import find_primitive, register_primitive
 from .registry import LOWERINGS, REFERENCE
 
-__all__ = ["DERIVED_PARAMS", "INLINED_PRIMITIVES", "LOWERINGS", "REFERENCE", "bucket", "collectives",
-           "control_flow", "generic_lowering", "generic_reference", "jax_ops", "logical",
-           "register_primitive", "rows", "variables"]
+__all__ = ["AttrError", "DERIVED_PARAMS", "INLINED_PRIMITIVES", "LOWERINGS", "REFERENCE", "bucket",
+           "collectives", "control_flow", "find_primitive", "from_attr", "generic_lowering",
+           "generic_reference", "jax_attrs", "jax_ops", "logical", "register_primitive", "rows",
+           "to_attr", "variables"]

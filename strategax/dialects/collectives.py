@@ -18,10 +18,11 @@ from jax.interpreters import ad, batching
 from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array
 from .effects import COLLECTIVE
-from .jax_ops import register_primitive
+from .primitives import register_primitive
 from .registry import LOWERINGS, REFERENCE
 
 REDUCE_OPS = ("sum", "mean", "max", "min")
+COMPRESSIONS = ("bf16", "f16")  # the types compress-collectives sends reductions in
 
 
 def mirrored(op, localities):
@@ -67,7 +68,7 @@ declare(OpDef("sx.constant", "A literal array, the same on every replica.", num_
 def _lower_constant(op, args, ctx):
     value = op.attrs["value"]
     if isinstance(value, Splat):  # a broadcast scalar in the program, never a host array
-        return [jnp.full(value.shape, value.value, value.dtype)]
+        return [jnp.full(value.shape, np.asarray(value.value), value.dtype)]
     return [jnp.asarray(value)]
 
 
@@ -93,7 +94,8 @@ def replica_id():
 declare(OpDef("sx.all_reduce", "Reduce (sum, mean, max, min) a value over all replicas.",
               num_operands=1, num_results=1,
               attrs={"op": Enum(*REDUCE_OPS), "reason": Str(),
-                     "bytes_per_pack": Int(minimum=0, required=False)},
+                     "bytes_per_pack": Int(minimum=0, required=False),
+                     "compression": Enum(*COMPRESSIONS, required=False)},
               locality=mirrored, verify=same_type, is_collective=True))
 all_reduce_p = primitive("sx.all_reduce")
 all_reduce_p.def_effectful_abstract_eval(
@@ -120,8 +122,19 @@ def reduce_over_replicas(kind: str, x, axis_name):
 
 
 def reference_reduce(kind: str, values: list) -> np.ndarray:
-    """The reduction of one value per replica, as the reference interpreter computes it."""
+    """The reduction of one value per replica, as the reference interpreter computes it. A
+    narrow float's sum (a compressed gradient's) follows XLA:CPU, whose rounding it shares:
+    bf16 summed in float32 and rounded once, f16 summed in f16 in replica order."""
     stacked = np.stack([np.asarray(x) for x in values])
+    narrow = jnp.issubdtype(stacked.dtype, jnp.floating) and stacked.dtype.itemsize < 4
+    if narrow and kind in ("sum", "mean"):
+        if stacked.dtype == jnp.bfloat16:
+            total = stacked.astype(np.float32).sum(0).astype(stacked.dtype)
+        else:
+            total = stacked[0]
+            for x in stacked[1:]:
+                total = total + x
+        return np.asarray(total / np.asarray(len(values), stacked.dtype) if kind == "mean" else total)
     if kind == "mean":
         total = stacked.sum(0)
         out = total / len(values) if jnp.issubdtype(stacked.dtype, jnp.inexact) else total // len(values)
@@ -136,11 +149,38 @@ REFERENCE["sx.all_reduce"] = lambda op, args, ctx: [
     [reference_reduce(op.attrs["op"], args[0])] * len(args[0])]
 
 
-def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None):
+def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, compression: str | None = None):
     """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
-    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group)."""
-    extra = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
-    return all_reduce_p.bind(jnp.asarray(x), op=op, reason=reason, **extra)
+    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group);
+    `compression` ("bf16", "f16") one that `compress-collectives` reads, kept only where it
+    can apply: a SUM or MEAN of a float type wider than it."""
+    x = jnp.asarray(x)
+    extra: dict[str, int | str] = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
+    if compression is not None and compressible(op, x.dtype):
+        extra["compression"] = compression
+    return all_reduce_p.bind(x, op=op, reason=reason, **extra)
+
+
+def compressible(op: str, dtype) -> bool:
+    """Whether an all_reduce `op` of `dtype` values can be sent in a narrower float: a SUM or
+    MEAN of float32/float64 (integers would lose exactness, MAX and MIN gain nothing)."""
+    return op in ("sum", "mean") and np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64))
+
+
+# --- sx.convert: a collective's payload in another float type (compress-collectives) -------
+def _verify_convert(op: Operation) -> str | None:
+    src, dst = op.operands[0].type, op.results[0].type
+    floats = jnp.issubdtype(src.dtype, jnp.floating) and jnp.issubdtype(dst.dtype, jnp.floating)
+    if src.shape != dst.shape or not floats:
+        return f"sx.convert changes a float type only, not {src} to {dst}"
+    return None
+
+
+declare(OpDef("sx.convert", "The value in the result's float type, for a collective; `reason` says why.",
+              num_operands=1, num_results=1, attrs={"reason": Str()}, verify=_verify_convert))
+LOWERINGS["sx.convert"] = lambda op, args, ctx: [args[0].astype(op.result.type.dtype)]
+REFERENCE["sx.convert"] = lambda op, args, ctx: [
+    [np.asarray(jnp.asarray(x).astype(op.result.type.dtype)) for x in args[0]]]
 
 
 # --- sx.all_gather: every replica gets all replicas' values concatenated along `axis` ------

@@ -145,6 +145,15 @@ declare(OpDef("jax.cond", "Run branch `index` (the first operand) on the other o
 declare(OpDef("jax.while", "Loop the body region while the cond region yields true.",
               num_regions=2, attrs={"cond_nconsts": Int(0), "body_nconsts": Int(0), **_WRITES},
               open_attrs=True, verify=_check_writes(_verify_while), locality=_while_locality))
+def scan_layout(params: dict) -> dict:
+    """`num_consts` and `num_carry` from a scan's JAX parameters: JAX 0.10 has them; JAX 0.11
+    says the layout as `ft_in`, a flat tree (consts, carry, xs) of the operands."""
+    if "num_carry" in params or "ft_in" not in params:
+        return {}
+    consts, carry, _ = params["ft_in"].elts
+    return {"num_consts": len(consts), "num_carry": len(carry)}
+
+
 declare(OpDef("jax.scan", "Loop the body over the leading axis of xs, threading a carry.",
               num_regions=1, attrs={"length": Int(0), "num_consts": Int(0), "num_carry": Int(0),
                                     "reverse": Attr("bool"), **_WRITES},

@@ -5,14 +5,16 @@ parameters; the reference interpreter does the same on each replica's values.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable
 
+import jax
 import numpy as np
 from jax import core as jax_core
-from jax.extend import core as jex_core
 
-from ..ir import OpDef, Operation, Splat, add_resolver, dtype_name, lookup
-from ..ir.attributes import find_primitive, register_primitive
+from ..ir import OpDef, Operation, Splat, Subprogram, add_resolver, declaration, dense_array, dtype_name
+from .jax_attrs import AttrError, from_attr
+from .primitives import find_primitive
 
 # Primitives that carry sub-programs and are inlined by the importer rather than kept as ops.
 INLINED_PRIMITIVES = frozenset(
@@ -67,13 +69,15 @@ _EVALUATED: dict[tuple, "tuple | str"] = {}
 
 
 def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ...] | str":
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     big = [k for k, v in op.attrs.items() if isinstance(v, Splat) and v.size > MAX_SPLAT_PARAM]
     if big:
         return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
     avals = [jax_core.ShapedArray(v.type.shape, v.type.dtype) for v in op.operands]
     try:
         out, _ = prim.abstract_eval(*avals, **bind_params(op, avals))
+    except AttrError as e:  # an attribute names what this process does not know
+        return str(e)
     except Exception as e:  # noqa: BLE001 - whatever the primitive's checks raise, about the input
         text = str(e).strip().splitlines()
         operands = ", ".join(str(v.type.with_locality(None).with_sharding(None)) for v in op.operands)
@@ -111,29 +115,70 @@ DERIVED_PARAMS: dict[str, Callable[[list], dict]] = _scatter_combiners()
 
 
 def bind_params(op: Operation, args: list) -> dict:
-    """The JAX parameters to re-bind op's primitive with: its attributes plus derived ones."""
-    prim = lookup(op.name).primitive
+    """The JAX parameters of op's primitive, as its equation in a jaxpr holds them: its
+    attributes as JAX objects (`jax_attrs.from_attr`) plus derived ones; AttrError when an
+    attribute names something this process does not know."""
+    prim = declaration(op).primitive
     derive = DERIVED_PARAMS.get(prim.name)
-    params = {**op.attrs, **derive(args)} if derive else op.attrs
-    if any(isinstance(v, Splat) for v in params.values()):
-        params = {k: v.materialize() if isinstance(v, Splat) else v for k, v in params.items()}
-    return params
+    params = {}
+    for k, v in op.attrs.items():
+        try:
+            params[k] = from_attr(v, subprogram_jaxpr)
+        except AttrError as e:
+            raise AttrError(f"attribute `{k}`: {e}") from None
+    return {**params, **derive(args)} if derive else params
+
+
+_REBUILT: "weakref.WeakKeyDictionary[Subprogram, object]" = weakref.WeakKeyDictionary()
+
+
+def subprogram_jaxpr(sub: Subprogram):
+    """The ClosedJaxpr a `Subprogram` attribute stands for: its block traced by JAX, each op
+    re-bound (the importer makes sub-programs of generic ops and constants only)."""
+    closed = _REBUILT.get(sub)
+    if closed is None:
+        def run(*xs):
+            env = {id(a): x for a, x in zip(sub.block.args, xs)}
+            for op in sub.block.ops:
+                if op.name == "sx.constant":
+                    outs = [dense_array(op.attrs["value"])]
+                elif op.name.startswith("jax.") and not op.regions:
+                    outs = generic_lowering(op, [env[id(v)] for v in op.operands], None)
+                else:
+                    raise AttrError(f"a sub-program holds `{op.name}`; only generic ops and constants rebuild")
+                env.update((id(r), o) for r, o in zip(op.results, outs))
+            return [env[id(v)] for v in sub.block.results]
+
+        structs = [jax.ShapeDtypeStruct(a.type.shape, a.type.dtype) for a in sub.block.args]
+        try:
+            closed = jax.make_jaxpr(run)(*structs)
+        except AttrError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the block may come from text: whatever JAX says of it
+            raise AttrError(f"the sub-program does not trace: {type(e).__name__}: {e}") from None
+        _REBUILT[sub] = closed
+    return closed
+
+
+def bind(op: Operation, args: list):
+    """Bind op's primitive on `args` as `jax.core.eval_jaxpr` re-binds an equation (a call-like
+    primitive gets its sub-program back as a function: `get_bind_params`)."""
+    prim = declaration(op).primitive
+    return prim.bind(*args, **prim.get_bind_params(bind_params(op, args)))
 
 
 def generic_lowering(op: Operation, args: list, ctx) -> list:
     """Re-bind the JAX primitive with the op's attributes as its parameters."""
-    prim = lookup(op.name).primitive
-    out = prim.bind(*args, **bind_params(op, args))
-    return list(out) if prim.multiple_results else [out]
+    out = bind(op, args)
+    return list(out) if declaration(op).primitive.multiple_results else [out]
 
 
 def generic_reference(op: Operation, args: list[list], ctx) -> list[list]:
     """The primitive bound on each replica's values in turn."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     per_replica = []
     for r in range(ctx.num_replicas):
-        mine = [x[r] for x in args]
-        per_replica.append(prim.bind(*mine, **bind_params(op, mine)))
+        per_replica.append(bind(op, [x[r] for x in args]))
     if prim.multiple_results:
         return [[per_replica[r][k] for r in range(ctx.num_replicas)] for k in range(len(op.results))]
     return [per_replica]

@@ -164,13 +164,15 @@ class StrategyExtended:
             return [r if not _is_device_string(d) or not is_distributed(r) else r.values[0]
                     for r, (_, d) in zip(reduced, pairs)]
         bytes_per_pack = None if options is None else options.bytes_per_pack
+        compression = self._strategy._communication_options.merge(options).compress_to  # the strategy's default
         out = []
         for value, _ in pairs:
             if not is_distributed(value):
                 out.append(value)
                 continue
             out.append(Mirrored._traced(collectives.all_reduce(
-                local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack)))
+                local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack,
+                compression=compression)))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any):

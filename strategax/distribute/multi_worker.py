@@ -75,8 +75,9 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         if cluster_resolver is None:
             cluster_resolver = TFConfigClusterResolver()
         if not isinstance(cluster_resolver, ClusterResolver):
-            raise DistributionValueError(f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",
-                                         "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
+            raise DistributionValueError(
+                f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",
+                "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
         if communication_options is None:
             communication_options = CommunicationOptions()
         check_type(communication_options, CommunicationOptions, "communication_options",

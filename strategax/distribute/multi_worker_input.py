@@ -45,6 +45,7 @@ class MultiWorkerInputMixin:
         if self._runtime is None or _context.is_tracing():
             return super().experimental_distribute_values_from_function(value_fn)
         n = self.num_replicas_in_sync
-        values = [jax.tree_util.tree_map(lambda x, d=self._devices[i]: jax.device_put(x, d), value_fn(ValueContext(i, n)))
+        values = [jax.tree_util.tree_map(lambda x, d=self._devices[i]: jax.device_put(x, d),
+                                         value_fn(ValueContext(i, n)))
                   for i in self._local_replica_ids]
         return self._finalize_outputs(regroup(values, PerReplica, "value_fn result"))

@@ -1,9 +1,11 @@
-"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and implemented, as in TensorFlow."""
+"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and
+implemented, as in TensorFlow."""
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
 
+from ..dialects.collectives import COMPRESSIONS
 from ..errors import DistributionTypeError, DistributionValueError, check_int
 
 
@@ -24,17 +26,29 @@ class CommunicationImplementation(enum.Enum):
 
 @dataclass(frozen=True)
 class CommunicationOptions:
-    """`tf.distribute.experimental.CommunicationOptions`: packing and timeout of collectives.
+    """`tf.distribute.experimental.CommunicationOptions`: packing and timeout of collectives,
+    and (strategax's own) compression of the reductions' payload on the wire.
 
     `bytes_per_pack=0` packs every reduction of one op and group into one bucket; `> 0` closes
-    a bucket when the next tensor would take it past that many bytes.
+    a bucket when the next tensor would take it past that many bytes. `compression="bf16"` or
+    `"f16"` sends SUM and MEAN reductions of float32/float64 values in that type and casts the
+    result back (the `compress-collectives` pass; half the bytes of float32, with the narrow
+    type's rounding in the sum); `"none"` turns a strategy's default off for one call.
     """
     bytes_per_pack: int = 0
     timeout_seconds: float | None = None
     implementation: CommunicationImplementation = CommunicationImplementation.AUTO
+    compression: str | None = None
 
     def __post_init__(self):
         check_int(self.bytes_per_pack, "bytes_per_pack", minimum=0)
+        c = self.compression
+        if c is not None and (not isinstance(c, str) or c.lower() not in COMPRESSIONS + ("none",)):
+            raise DistributionValueError(f"compression must be one of {', '.join(map(repr, COMPRESSIONS))}, "
+                                         f"'none' or None, not {c!r:.40}",
+                                         'pass compression="bf16" (or "f16") to send reductions in that type')
+        if c is not None:
+            object.__setattr__(self, "compression", c.lower())
         t = self.timeout_seconds
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
             raise DistributionTypeError(f"timeout_seconds must be a number or None, not {type(t).__name__} {t!r:.40}",
@@ -63,4 +77,10 @@ class CommunicationOptions:
         return CommunicationOptions(
             other.bytes_per_pack or self.bytes_per_pack,
             other.timeout_seconds if other.timeout_seconds is not None else self.timeout_seconds,
-            other.implementation if other.implementation != default.implementation else self.implementation)
+            other.implementation if other.implementation != default.implementation else self.implementation,
+            other.compression if other.compression is not None else self.compression)
+
+    @property
+    def compress_to(self) -> str | None:
+        """The type reductions are sent in ("bf16", "f16"), or None."""
+        return None if self.compression in (None, "none") else self.compression

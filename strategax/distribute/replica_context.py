@@ -51,9 +51,11 @@ class ReplicaContext:
         op = ReduceOp.parse(reduce_op).ir_name
         _check_values(value, "ReplicaContext.all_reduce")
         check_options(options, "ReplicaContext.all_reduce")
+        merged = self._strategy._communication_options.merge(options)  # the strategy's default, then these
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
-            lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack), value)
+            lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack,
+                                             compression=merged.compress_to), value)
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
         """Every replica gets all replicas' values concatenated along `axis`."""

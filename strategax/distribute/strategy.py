@@ -29,6 +29,7 @@ from . import context, ragged
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
 from .logical_devices import LogicalDevicesMixin
+from .options import CommunicationOptions
 from .reduce_op import ReduceOp
 from .replica_context import DefaultReplicaContext, ReplicaContext
 
@@ -114,6 +115,7 @@ class Strategy(LogicalDevicesMixin):
     """A compiled distribution strategy over a list of devices, one replica per device."""
 
     _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
+    _communication_options = CommunicationOptions()  # the collectives' defaults (communication_options=)
 
     def __init__(self, devices: Sequence[jax.Device]):
         self._devices = list(devices)
@@ -249,8 +251,8 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
-                             "reduce")
+            fn = self._eager(("reduce", op, axis),
+                             lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True), "reduce")
             padding.check_even(value, axis)
             if axis is None:
                 return padding.trim_reduced(value, fn(value))
@@ -381,7 +383,7 @@ class Strategy(LogicalDevicesMixin):
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
             check_values(v, "the result of value_fn")
-            per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
+            per_replica.append(jax.tree_util.tree_map(lambda x, d=device: jax.device_put(x, d), v))
         return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):
@@ -408,9 +410,16 @@ class Strategy(LogicalDevicesMixin):
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism: one replica per device, variables mirrored on all."""
 
-    def __init__(self, devices: Sequence[Any] | None = None, cross_device_ops=None):
+    def __init__(self, devices: Sequence[Any] | None = None, cross_device_ops=None,
+                 communication_options: CommunicationOptions | None = None):
+        """`communication_options`: the defaults of this strategy's all_reduce and
+        batch_reduce_to (each call's own options override them field by field)."""
         super().__init__(resolve_devices(devices))
         self._cross_device_ops = cross_device_ops
+        if communication_options is not None:
+            check_type(communication_options, CommunicationOptions, "communication_options",
+                       "pass sx.CommunicationOptions(...), or leave it out")
+            self._communication_options = communication_options
         if devices is None and len(self._devices) == 1 and self._devices[0].platform == "cpu":
             _say_one_cpu_replica()
 

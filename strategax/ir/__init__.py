@@ -2,7 +2,8 @@
 
 No JAX primitives and no lowering live here: the ops are declared by `strategax.dialects`."""
 from .attr_spec import Attr, Enum, Flag, Int, Str
-from .attributes import ENUMS, RECORDS, Splat, SymbolRef, dense_array
+from .attributes import (KINDS, EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef, dense_array,
+                         format_attr)
 from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
                      UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
                      is_collective, is_pure, lookup, op_effects, writes)
@@ -15,10 +16,12 @@ from .values import Value
 from .verifier import VerifyError, verify
 
 __all__ = [
-    "Attr", "Block", "DTYPES", "ENUMS", "Enum", "Flag", "Func", "Int", "Locality", "Location",
+    "Attr", "Block", "DTYPES", "Enum", "EnumAttr", "Flag", "Held", "KINDS", "PrimitiveRef", "Record", "Func", "Int",
+    "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
-    "RECORDS", "Sharding", "Splat", "Str", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS", "Value",
-    "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array", "dtype_name", "has_collective",
+    "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS",
+    "Value", "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array",
+    "dtype_name", "format_attr", "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
     "verify", "writes",
 ]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .types import TensorType
 from .values import Value
@@ -89,6 +89,18 @@ class Module:
             yield from f.body.walk()
 
     def __str__(self) -> str:
-        from .printer import print_module
+        return _text_of(self)
 
-        return print_module(self)
+
+def _no_printer(module: Module) -> str:
+    raise RuntimeError("import strategax.ir to print a module")
+
+
+_text_of: Callable[[Module], str] = _no_printer
+
+
+def set_printer(print_module: Callable[[Module], str]) -> None:
+    """Give `str(module)` its printer (`printer.py` registers it: the printer imports this
+    module, so this module does not import the printer)."""
+    global _text_of
+    _text_of = print_module

@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-from .attributes import format_attr, format_string
-
-if TYPE_CHECKING:  # annotations only: ops.Module.__str__ imports this module
-    from .ops import Block, Func, Module, Operation
-    from .values import Value
+from .attributes import format_attr, format_string, set_block_printer
+from .ops import Block, Func, Module, Operation, set_printer
+from .values import Value
 
 _NAME_OK = re.compile(r"[A-Za-z0-9_.]+\Z")
 
@@ -109,3 +105,18 @@ def print_module(m: Module, op_lines: dict[int, int] | None = None) -> str:
         p.func(f, "  ")
     p.lines.append("}")
     return "\n".join(p.lines) + "\n"
+
+
+def print_block(block: Block) -> str:
+    """`{^(%a: T): ops yield %r}`, names of its own: a sub-program attribute's text."""
+    p = _Printer()
+    p.lines.append(f"{{^({p.block_header(block)}):")
+    for op in block.ops:
+        p.op(op, "  ")
+    yielded = ", ".join(p.names.use(v) for v in block.results)
+    p.lines.append("  yield" + (" " + yielded if yielded else "") + "}")
+    return "\n".join(p.lines)
+
+
+set_printer(print_module)
+set_block_printer(print_block)

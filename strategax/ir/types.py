@@ -4,11 +4,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from .sharding import Sharding
 
-# Short dtype names used in the text format, and their NumPy dtypes (ml_dtypes via jnp).
+# Short dtype names used in the text format, and their NumPy dtypes (bfloat16, int4 and float8
+# from ml_dtypes, the package JAX takes them from).
 _DTYPE_NAMES = {
     "bool": "bool", "i4": "int4", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u4": "uint4", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
@@ -19,11 +21,9 @@ _DTYPE_NAMES = {
 
 
 def _load_dtypes() -> tuple[dict[str, np.dtype], dict[np.dtype, str]]:
-    import jax.numpy as jnp  # ml_dtypes (bfloat16, int4, float8) are exposed through jnp
-
     by_name = {}
     for short, long in _DTYPE_NAMES.items():
-        dt = getattr(jnp, long, None)
+        dt = getattr(np, long, None) or getattr(ml_dtypes, long, None)
         if dt is not None:
             by_name[short] = np.dtype(dt)
     return by_name, {dt: short for short, dt in by_name.items()}

@@ -38,6 +38,7 @@ PASSES: dict[str, str] = {
     "cse": "strategax.passes.cse:CommonSubexpressionElimination",
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
+    "compress-collectives": "strategax.passes.compress_collectives:CompressCollectives",
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; mask-padding then follows the padded rows through
@@ -47,12 +48,13 @@ PASSES: dict[str, str] = {
 # shardings propagate before fusion, which must not pack values split over logical devices;
 # central-storage right after insert-collectives (a no-op except under CentralStorageStrategy)
 # so that every later pass sees its broadcasts and reductions like any other collective;
+# compression casts the all_reduces that ask for it before fusion, which buckets by dtype;
 # fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
 # dce removes what the rewrites orphaned.
 DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "mask-padding", "insert-collectives", "central-storage",
                                      "infer-locality",
                                      "check-locality", "simplify-collectives", "cse",
-                                     "propagate-sharding", "fuse-collectives", "dce")
+                                     "compress-collectives", "propagate-sharding", "fuse-collectives", "dce")
 
 
 class PassLookupError(KeyError, ValueError):

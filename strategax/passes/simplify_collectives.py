@@ -3,7 +3,8 @@
 - all_reduce MEAN / MAX / MIN of a mirrored value is the value; SUM is N times the value.
 - `reduce_sum` over the gathered axis of an `all_gather` (used only there) is an all_reduce SUM
   of the local `reduce_sum`: each replica sends its partial sum instead of its whole piece.
-- Two all_reduces (or all_gathers) of one value with the same op (axis) are one.
+- Two all_reduces (or all_gathers) of one value with the same op (axis) are one, unless one
+  asks for compression and the other does not (a variable's aggregation never is).
 Needs localities: run after `infer-locality`.
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int)
     """A duplicate collective reuses the first; one of a mirrored value is cheapened."""
     x = op.operands[0]
     kind = op.attrs.get("op", op.attrs.get("axis"))
-    first = seen.setdefault((op.name, x, kind), op.result)
+    # a compressed copy is another value
+    first = seen.setdefault((op.name, x, kind, op.attrs.get("compression")), op.result)
     if first is not op.result:
         rw.replace(op, [first])
     elif op.name == "sx.all_reduce" and x.type.locality is Locality.MIRRORED:

@@ -35,16 +35,17 @@ class FastCall:
 
     __slots__ = ("compiled", "call", "source")
 
-    def __init__(self, compiled, treedef, checks: list, batch_at: int | None):
+    def __init__(self, compiled, treedef, checks: list, batch_at: int | None, detector):
         self.compiled = compiled
-        self.source, env = _generate(compiled, treedef, checks, batch_at)
+        self.source, env = _generate(compiled, treedef, checks, batch_at, detector)
         exec(compile(self.source, "<strategax fast call>", "exec"), env)
         self.call = env["call"]
 
     @classmethod
-    def build(cls, compiled, sig: Signature, args: tuple) -> "FastCall | None":
+    def build(cls, compiled, sig: Signature, args: tuple, detector) -> "FastCall | None":
         """The shortcut for calls like this one (`sig` its signature, the call already run so its
-        distributed values hold their global arrays), or None when such calls cannot take it."""
+        distributed values hold their global arrays), or None when such calls cannot take it;
+        a call it serves counts in `detector` (retracing.Detector) and marks `compiled` used."""
         if compiled.inputs is not None or not getattr(compiled.strategy._execute, "_runs_directly", False):
             return None  # iterators take batches per call; a multi-worker run is watched
         leaves, treedef = _flatten(args)
@@ -76,10 +77,10 @@ class FastCall:
                 return None
         if batch_at is None and (sig.batch is not None or any(k == PER_EXAMPLE for k, _ in compiled.out_plan)):
             return None  # per-example outputs are trimmed by the batch's row counts
-        return cls(compiled, treedef, checks, batch_at)
+        return cls(compiled, treedef, checks, batch_at, detector)
 
 
-def _generate(compiled, treedef, checks: list, batch_at: int | None) -> tuple[str, dict]:
+def _generate(compiled, treedef, checks: list, batch_at: int | None, detector) -> tuple[str, dict]:
     """The source of `call(args)` for these checks and the program's outputs, and the names it
     reads (the source holds only names and integers, never a user's value). Every check is an
     exact type or identity test, which only pytree leaves pass, so when each positional
@@ -90,8 +91,7 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None) -> tuple[st
            "var_slots": compiled.var_slots, "flatten": _flatten, "unflatten": _unflatten,
            "treedef": treedef, "out_treedef": compiled.out_treedef,
            "PerReplica": PerReplica, "Mirrored": Mirrored, "Batch": PerReplicaBatch,
-           # one replica: TensorFlow hands back plain values (Strategy._finalize_outputs)
-           "finalize": strategy._finalize_outputs}
+           "detector": detector, "compiled": compiled}
     lines = ["def call(args):"]
     if treedef == jax.tree_util.tree_structure((0,) * len(checks)):
         lines += [f"    if len(args) != {len(checks)}:", "        return MISS", "    leaves = args"]
@@ -125,18 +125,46 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None) -> tuple[st
     if compiled.num_vars:
         inputs.append("*[store.argument(layout) for store, layout in var_slots]")
     lines.append(f"    outs = jitted({', '.join(inputs)})")
+    lines += ["    detector.calls += 1", "    compiled.last_call = detector.calls"]  # as the full path counts
     if ex.marker is not None:
         lines.append(f"    throttle(outs[{ex.marker}])")
     if compiled.num_vars:
         lines += [f"    for (store, _), array in zip(var_slots, outs[{len(ex.out_layouts) - compiled.num_vars}:]):",
                   "        store.set(array)"]
-    results = [_output(i, kind, index, ex.out_layouts, env, batch_at) for i, (kind, index) in enumerate(compiled.out_plan)]
-    if jax.tree_util.treedef_is_leaf(compiled.out_treedef) and len(results) == 1:
-        result = results[0]
-    else:
-        result = f"unflatten(out_treedef, [{', '.join(results)}])"
-    lines.append(f"    return {result}" if strategy.num_replicas_in_sync != 1 else f"    return finalize({result})")
+    one = strategy.num_replicas_in_sync == 1
+    results = [_output(i, kind, index, ex.out_layouts, env, batch_at, one)
+               for i, (kind, index) in enumerate(compiled.out_plan)]
+    lines.append(f"    return {_rebuild(compiled.out_treedef, results, env)}")
     return "\n".join(lines) + "\n", env
+
+
+def _rebuild(treedef, results: list, env: dict) -> str:
+    """The expression that builds the output pytree from the leaves' expressions: tuples, lists
+    and dicts written out (as `tree_unflatten` builds them, dict keys in its order), any
+    other pytree through `unflatten`."""
+    literal = _literal(treedef, iter(results), env)
+    return literal if literal is not None else f"unflatten(out_treedef, [{', '.join(results)}])"
+
+
+def _literal(treedef, results, env: dict) -> str | None:
+    data = treedef.node_data()
+    if data is None:  # a leaf
+        return next(results)
+    node_type, keys = data
+    if node_type is type(None):
+        return "None"
+    parts = [_literal(child, results, env) for child in treedef.children()]
+    if any(p is None for p in parts):
+        return None
+    if node_type is tuple:
+        return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"
+    if node_type is list:
+        return f"[{', '.join(parts)}]"
+    if node_type is dict:
+        name = f"keys{len(env)}"
+        env[name] = tuple(keys)
+        return "{" + ", ".join(f"{name}[{k}]: {p}" for k, p in enumerate(parts)) + "}"
+    return None  # a namedtuple, an OrderedDict, a registered class: JAX builds it
 
 
 def _accept(layout, extra: tuple) -> bool:
@@ -155,9 +183,11 @@ def _accept(layout, extra: tuple) -> bool:
 _OUTPUT_KINDS = (ARRAY, STATIC, KEY, PER_REPLICA, MIRRORED, PER_EXAMPLE)
 
 
-def _output(i: int, kind: str, index, out_layouts, env: dict, batch_at: int | None) -> str:
+def _output(i: int, kind: str, index, out_layouts, env: dict, batch_at: int | None, one: bool) -> str:
     """The expression that makes output leaf `i` from the program's outputs `outs` (as
-    `_Compiled.__call__` does); the values it reads go into `env`."""
+    `_Compiled.__call__` does); the values it reads go into `env`. With one replica
+    TensorFlow hands back plain values: an output is the program's array as it is, but for
+    per-example rows, trimmed to the batch's real ones."""
     if kind == STATIC:
         env[f"static{i}"] = index
         return f"static{i}"
@@ -167,7 +197,10 @@ def _output(i: int, kind: str, index, out_layouts, env: dict, batch_at: int | No
     layout = out_layouts[index]
     env[f"layout{i}"] = layout
     if layout.per_replica and kind == PER_EXAMPLE:
-        return f"Batch._from_global_batch(outs[{index}], layout{i}, x{batch_at}._counts, x{batch_at}._count_value)"
+        batch = f"Batch._from_global_batch(outs[{index}], layout{i}, x{batch_at}._counts, x{batch_at}._count_value)"
+        return f"{batch}.values[0]" if one else batch
+    if one:
+        return f"outs[{index}]"
     if layout.per_replica:
         return f"PerReplica._from_global(outs[{index}], layout{i})"
     if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):

@@ -91,7 +91,7 @@ class _Compiled:
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)
-        leaves = []
+        leaves, one = [], self.strategy.num_replicas_in_sync == 1
         for kind, index in self.out_plan:
             if kind == STATIC:
                 leaves.append(index)
@@ -101,7 +101,9 @@ class _Compiled:
                 leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
-            if layout.per_replica:
+            if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
+                leaves.append(array)
+            elif layout.per_replica:
                 leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
                               else PerReplicaBatch._from_global_batch(
                                   array, layout, sig.batch._counts, sig.batch._count_value))
@@ -110,6 +112,11 @@ class _Compiled:
             else:
                 leaves.append(array)
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+
+def _miss(args) -> object:
+    """No shortcut: every call takes the full path."""
+    return MISS
 
 
 def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> DistributionTypeError:
@@ -146,6 +153,7 @@ class StrategyFunction:
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
         self._fast: FastCall | None = None  # the last call's shortcut (trace/fast_call.py)
+        self._fast_call = _miss  # its generated call
         self._cache_size = cache_size()
         self._reduce_retracing = bool(reduce_retracing)
         # the retracing warning: counted per Python function (`origin`: the user's function a
@@ -160,13 +168,9 @@ class StrategyFunction:
             return self._fn(*args, **kwargs)
         if self._input_signature is not None:
             args, kwargs = check_arguments(self._input_signature, args, kwargs), {}
-        fast = self._fast
-        if fast is not None and not kwargs:
-            out = fast.call(args)
+        if not kwargs:
+            out = self._fast_call(args)  # the last program's shortcut (trace/fast_call.py), or MISS
             if out is not MISS:
-                detector = self._detector
-                detector.calls += 1
-                fast.compiled.last_call = detector.calls
                 return out
         sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
                         self._reduce_retracing)
@@ -189,7 +193,8 @@ class StrategyFunction:
             compiled.inputs.done(sig)
         if not kwargs and compiled.fast_builds < MAX_BUILDS:  # after the call: global arrays known
             compiled.fast_builds += 1
-            self._fast = FastCall.build(compiled, sig, args)
+            self._fast = FastCall.build(compiled, sig, args, self._detector)
+            self._fast_call = _miss if self._fast is None else self._fast.call
         return out
 
     # --- tracing and compiling ------------------------------------------------------------

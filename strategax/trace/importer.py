@@ -10,11 +10,10 @@ import numpy as np
 from jax._src import source_info_util
 from jax.extend import core as jex
 
-from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive
-from ..dialects.control_flow import region_writes
+from ..dialects import DERIVED_PARAMS, INLINED_PRIMITIVES, register_primitive, to_attr
+from ..dialects.control_flow import region_writes, scan_layout
 from ..errors import StrategaxError
-from ..ir import Block, Func, Location, Operation, TensorType, Value
-from ..ir.attributes import normalize
+from ..ir import Block, Func, Held, Location, Operation, Subprogram, TensorType, Value
 from .keys import is_key, key_data, physical_aval, physical_rule
 
 # An op's location is the first frame outside strategax, JAX and installed libraries (optax...),
@@ -23,7 +22,10 @@ for _path in {os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
               sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}:
     source_info_util.register_exclusion(_path)
 
-# Which parameter holds the sub-program of an inlined call.
+# Which parameter holds the sub-program of an inlined call. Besides the calls listed in
+# INLINED_PRIMITIVES, a primitive with a `call_jaxpr` (JAX's convention for a call, e.g. one from
+# a newer JAX) is inlined; any other primitive with a jaxpr parameter (`reduce`'s combiner,
+# `shard_map`) is kept whole, the jaxpr an attribute, and lowers by re-binding.
 _CALL_JAXPR_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _DERIVED_KEYS = {name: ("update_jaxpr", "update_consts") for name in DERIVED_PARAMS}
 _REGION_PARAMS = {"cond": ("branches",), "while": ("cond_jaxpr", "body_jaxpr"), "scan": ("jaxpr",)}
@@ -122,9 +124,8 @@ class _Importer:
         prim = eqn.primitive
         name = prim.name
         args = [self.read(env, v) for v in eqn.invars]
-        if name in INLINED_PRIMITIVES or any(
-                isinstance(eqn.params.get(p), (jex.ClosedJaxpr, jex.Jaxpr)) for p in _CALL_JAXPR_PARAMS
-                if name not in _REGION_PARAMS):
+        if name in INLINED_PRIMITIVES or (
+                name not in _REGION_PARAMS and isinstance(eqn.params.get("call_jaxpr"), (jex.ClosedJaxpr, jex.Jaxpr))):
             sub = next((eqn.params[p] for p in _CALL_JAXPR_PARAMS if p in eqn.params), None)
             if sub is None:
                 raise ImportError_(f"cannot inline primitive {name!r}: no sub-program found")
@@ -153,11 +154,10 @@ class _Importer:
             if key in region_params:
                 subs = val if isinstance(val, (tuple, list)) else (val,)
                 regions.extend(self.region(s) for s in subs)
-            else:
-                try:
-                    attrs[key] = normalize(val, f"parameter {key!r} of primitive {name!r}")
-                except TypeError as e:
-                    raise self.unrepresentable(eqn, str(e)) from None
+            else:  # every parameter has an attribute (what has no text form is held)
+                attrs[key] = to_attr(val, self.subprogram)
+        if name == "scan":
+            attrs.update(scan_layout(eqn.params))
         writes = region_writes(regions)
         if writes:  # the variables updated inside: the op's carried state
             attrs["writes"] = writes
@@ -167,6 +167,18 @@ class _Importer:
             if not isinstance(var, jex.DropVar):
                 env[var] = v
 
+
+    def subprogram(self, closed) -> Subprogram | Held:
+        """A jaxpr parameter as a `Subprogram` when its ops are generic ops and constants (so
+        `dialects.jax_ops.subprogram_jaxpr` rebuilds it), else held as it is."""
+        try:
+            block = self.region(closed)
+        except ImportError_:
+            block = None
+        if block is None or any(not (op.name == "sx.constant" or op.name.startswith("jax.") and not op.regions)
+                                for op in block.ops):
+            return to_attr(closed)
+        return Subprogram(block)
 
     def physical(self, env, eqn, rule, args: list[Value]) -> None:
         """Import `rule` (the equation on key data) in place of the equation, at its line."""

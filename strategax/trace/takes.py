@@ -65,13 +65,22 @@ class ElementSpec:
 def element_spec(element: Any) -> ElementSpec:
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     types = tuple(x._global[1].type.with_locality(Locality.PER_REPLICA) for x in leaves)
+    return ElementSpec(treedef, types, _rows(leaves))
+
+
+def _rows(leaves: list) -> int | None:
     padded = bool(leaves) and all(isinstance(x, PerReplicaBatch) for x in leaves)
-    return ElementSpec(treedef, types, leaves[0]._rows if padded else None)
+    return leaves[0]._rows if padded else None
 
 
 def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array]:
-    """The global arrays of an element, as `spec.input_types` lists them."""
-    leaves = jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
+    """The global arrays of an element, as `spec.input_types` lists them (the key the spec of
+    `element` would have is checked on the way: one flattening per batch a call takes)."""
+    leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
+    key = spec.key
+    if treedef != key[0] or _rows(leaves) != key[2] or len(leaves) != len(key[1]) or any(
+            (x._global[1].type.shape, x._global[1].type.dtype) != k for x, k in zip(leaves, key[1])):
+        return None
     arrays = [x._global[0] for x in leaves]
     if spec.rows is not None:
         arrays.append(leaves[0]._count_value._global[0])
@@ -190,38 +199,40 @@ class InputPlan:
         for iterator, element in reversed(taken):
             iterator._push_back(element)
 
-    def _next(self, leaves, site: Site, taken: list):
+    def _next(self, leaves, site: Site, taken: list) -> list[jax.Array] | None:
+        """The next element's arrays at `site`, or None when the iterator has ended."""
         iterator = leaves[site.iterator]
         element = iterator._pull()
         if element is None:
             return None
         taken.append((iterator, element))
-        if element_spec(element).key != site.spec.key:
+        arrays = element_arrays(element, site.spec)
+        if arrays is None:
             raise DistributionValueError(
                 f"a batch taken by next(iterator) at {site.where} differs in structure, shape or "
                 "dtype from the one the function was compiled for",
                 "give every batch of the dataset the same structure and shapes (a partial last "
                 "batch is padded for you)")
-        return element
+        return arrays
 
     def _pull(self, leaves, layouts, taken: list) -> list[jax.Array]:
         out: list[jax.Array] = []
         for seg in self.segments:
             if isinstance(seg, Site):
-                element = self._next(leaves, seg, taken)
-                if element is None:
+                arrays = self._next(leaves, seg, taken)
+                if arrays is None:
                     raise OutOfRangeError(f"next(iterator) at {seg.where}: the input iterator has no batch left",
                                           _END_FIX, location=user_location())
-                out.extend(element_arrays(element, seg.spec))
+                out.extend(arrays)
                 continue
-            rows: list[list] = []  # per step, one element per site
+            rows: list[list] = []  # per step, one element's arrays per site
             while len(rows) < seg.steps:
                 row = []
                 for site in seg.sites:
-                    element = self._next(leaves, site, taken)
-                    if element is None:
+                    arrays = self._next(leaves, site, taken)
+                    if arrays is None:
                         break
-                    row.append(element)
+                    row.append(arrays)
                 if len(row) < len(seg.sites):  # ran out mid-step: that step does not run
                     for _ in row:
                         iterator, element = taken.pop()
@@ -233,9 +244,9 @@ class InputPlan:
                     f"the sx.range loop at {seg.where}: the input iterator has no batch left",
                     _END_FIX, location=user_location())
             full = rows + [rows[-1]] * (seg.steps - len(rows))  # unused slots repeat the last batch
-            for k, site in enumerate(seg.sites):
+            for k in range(len(seg.sites)):
                 for row in full:
-                    out.extend(element_arrays(row[k], site.spec))
+                    out.extend(row[k])
             out.append(self._steps_array(len(rows), layouts[len(out)]))
         return out
 

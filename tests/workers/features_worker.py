@@ -1,8 +1,9 @@
 """One worker of a job (tests/test_multi_worker_safety.py) that reports, as one JSON line:
 the addresses this process listens on, the variables it created from its own unseeded values
-(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and its share of the input under each
-AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json; the results of steps
-that take their batch with `next(iterator)` inside, and the local results of an (x, y) batch.
+(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and
+its share of the input under each AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json;
+the results of steps that take their batch with `next(iterator)` inside, and the local results of an
+(x, y) batch.
 """
 import json
 import os
@@ -143,6 +144,7 @@ local_pairs = [[np.asarray(r).tolist(), np.asarray(c).tolist()] for r, c in stra
 print(json.dumps({
     "task_index": strategy.cluster_resolver.task_id, "address": strategy.cluster_resolver.master(),
     "listening": listening(), "own": {"w": own["w"].tolist(), "count": own["count"]}, "initial": initial,
-    "trained": trained, "sync_on_read": sync_on_read, "cases": cases, "from_function": {"contexts": contexts, "steps": from_function},
+    "trained": trained, "sync_on_read": sync_on_read, "cases": cases,
+    "from_function": {"contexts": contexts, "steps": from_function},
     "inside": inside, "local_pairs": local_pairs,
 }), flush=True)
