@@ -165,7 +165,7 @@ class _Save:
             try:
                 self.claim = paths.Claim(directory, name, number)
                 told = str(self.claim.number)
-            except Exception as e:  # the others must hear of it, not wait for a number
+            except Exception as e:  # noqa: BLE001 - the others must hear of it, not wait for a number
                 failure, told = e, f"{type(e).__name__}: {e}"
         told = saves.all_gather(self.runtime, told, what, self._bound())[0]
         if failure is not None:
