@@ -82,7 +82,10 @@ def set_default_strategy_factory(factory: Callable[[], Any]) -> None:
 def strategy() -> Any:
     """The current strategy: the innermost entry's, else the default one."""
     entry = current()
-    return entry.strategy if entry is not None else _default_factory()
+    if entry is not None:
+        return entry.strategy
+    assert _default_factory is not None, "importing strategax.distribute registers the default strategy"
+    return _default_factory()
 
 
 def has_strategy() -> bool:

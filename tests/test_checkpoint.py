@@ -21,7 +21,8 @@ from conftest import assert_names_this_line, here, tensor
 DATA = pathlib.Path(__file__).parent / "data/tf"
 RECORDED = json.loads((DATA / "variables.json").read_text())["scenarios"]
 CASES = sorted(k for k in RECORDED if k.startswith("checkpoint_"))
-TF = {k.rsplit("_r", 1)[0]: v["result"] for k, v in json.loads((DATA / "checkpoints.json").read_text())["scenarios"].items()}
+TF = {k.rsplit("_r", 1)[0]: v["result"]
+      for k, v in json.loads((DATA / "checkpoints.json").read_text())["scenarios"].items()}
 
 
 def orbax_alone(path):
@@ -53,7 +54,8 @@ def test_restore_rule_matches_tensorflow(case, tmp_path):
     for got, want in zip(v.values, rec["save"]["values_at_save"]["values"]):
         np.testing.assert_allclose(np.asarray(got), tensor(want))
     path = sx.Checkpoint(v=v).save(str(tmp_path))
-    np.testing.assert_allclose(orbax_alone(path)["v"], tensor(rec["save"]["stored_in_checkpoint"]["v/.ATTRIBUTES/VARIABLE_VALUE"]))
+    np.testing.assert_allclose(orbax_alone(path)["v"],
+                               tensor(rec["save"]["stored_in_checkpoint"]["v/.ATTRIBUTES/VARIABLE_VALUE"]))
 
     _, fresh = make_var(rec["restore_devices"], sync, agg)
     sx.Checkpoint(v=fresh).restore(path)
@@ -229,7 +231,8 @@ def test_restore_rejects_another_optax_transformation(tmp_path):
     with st.scope():
         fresh = {k: sx.Variable(np.zeros_like(v), name=k) for k, v in INIT.items()}
         sgd = sx.Optimizer(optax.sgd(0.1, momentum=0.9))
-    with pytest.raises(sx.CheckpointError, match=r"holds \['0/count', '0/mu', '0/nu'\], this optimizer keeps \['0/trace'\]"):
+    with pytest.raises(sx.CheckpointError,
+                       match=r"holds \['0/count', '0/mu', '0/nu'\], this optimizer keeps \['0/trace'\]"):
         sx.Checkpoint(params=fresh, optimizer=sgd).restore(path)
     assert all(not fresh[k].numpy().any() for k in INIT) and not sgd._pending
 
@@ -335,3 +338,26 @@ def test_latest_checkpoint_never_follows_a_link_out_of_its_directory(tmp_path):
     foreign = sx.Checkpoint(v=sx.Variable(2.0)).save(str(outside) + os.sep)
     os.symlink(foreign, inside / "ckpt-99")
     assert sx.latest_checkpoint(str(inside)) == own
+
+
+def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypatch):
+    # Intent: TensorFlow accepts relative checkpoint paths (orbax alone refuses them): save(prefix),
+    # a manager's directory, latest_checkpoint and restore all resolve them against the working
+    # directory when called, and the values round-trip (NumPy's own values as the reference).
+    monkeypatch.chdir(tmp_path)
+    st = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with st.scope():
+        v = sx.Variable(values)
+    checkpoint = sx.Checkpoint(v=v)
+    path = checkpoint.save("training/ckpt")
+    assert path == os.path.join("training", "ckpt-1") and (tmp_path / "training" / "ckpt-1").is_dir()
+    manager = sx.CheckpointManager(checkpoint, "managed", max_to_keep=1)
+    assert manager.save() == os.path.join("managed", "ckpt-1")
+    v.assign(np.zeros((2, 3), np.float32))
+    checkpoint.restore(sx.latest_checkpoint("training"))
+    np.testing.assert_array_equal(np.asarray(v.numpy()), values)
+    v.assign(np.zeros((2, 3), np.float32))
+    assert manager.restore_or_initialize() == os.path.join("managed", "ckpt-1")
+    np.testing.assert_array_equal(np.asarray(v.numpy()), values)
+    np.testing.assert_array_equal(orbax_alone(str(tmp_path / "managed" / "ckpt-1"))["v"], values)

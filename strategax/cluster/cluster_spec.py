@@ -19,7 +19,7 @@ def _task_index(key, field: str) -> int:
                              'or list them: ["host:port", ...]')
 
 
-class ClusterSpec:
+class ClusterSpec:  # noqa: PLW1641  compared by value, hence unhashable, like tf.train.ClusterSpec
     """The tasks of a cluster by job name (`{"worker": ["host:port", ...], "chief": [...]}`, or
     TensorFlow's sparse form `{"worker": {0: "host:port", 3: "host:port"}}`)."""
 

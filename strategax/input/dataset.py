@@ -5,7 +5,6 @@ in a background thread (`prefetch`)."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import jax

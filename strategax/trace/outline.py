@@ -22,6 +22,7 @@ for a body that takes batches, a take or loop inside a JAX transformation.
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -71,7 +72,7 @@ def _bind(eqn, invals: Sequence) -> list:
 def _same_value(a, b) -> bool:
     if a is b:
         return True
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True  # nan (a gather's fill value)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, jax.Array):
         a, b = np.asarray(a), np.asarray(b)
@@ -218,7 +219,8 @@ def _analyse(eqns, span: _Span, later: Sequence, outer_same: Callable) -> _LoopB
                 if not a_var or first.get(a) != second[b]:
                     raise mismatch(e2)
             elif b in first:  # a value of the step before: carried, starting from what step 1 read
-                if (a_var and (a in first or a in second)) or (first[b] in inits and not outer_same(inits[first[b]], a)):
+                if ((a_var and (a in first or a in second))
+                        or (first[b] in inits and not outer_same(inits[first[b]], a))):
                     raise mismatch(e2)
                 inits[first[b]] = a
             elif not outer_same(a, b):
@@ -327,7 +329,8 @@ def _evaluator(closed, items: list, plan: InputPlan) -> Callable:
         for item in items:
             if isinstance(item, int):
                 eqn = jaxpr.eqns[item]
-                outs = [next(extra) for _ in eqn.outvars] if _kind(eqn) == "take" else _bind(eqn, [env.read(v) for v in eqn.invars])
+                outs = ([next(extra) for _ in eqn.outvars] if _kind(eqn) == "take"
+                        else _bind(eqn, [env.read(v) for v in eqn.invars]))
                 env.update(zip(eqn.outvars, outs))
             else:
                 _run_loop(jaxpr.eqns, item, env, extra, next(loops) if item.takes else None)
@@ -352,7 +355,8 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
             trip = next(extra)
         else:
             count = _static_trip_count(begin)
-            trip = count if count is not None else jnp.maximum(0, (stop - start + step - (1 if step > 0 else -1)) // step)
+            trip = (count if count is not None
+                    else jnp.maximum(0, (stop - start + step - (1 if step > 0 else -1)) // step))
         inits = [env.read(loop.inits[p]) if p in loop.inits else jnp.zeros(_aval(loop, p).shape, _aval(loop, p).dtype)
                  for p in loop.carries]
         index_var = eqns[loop.span.next].outvars[0]

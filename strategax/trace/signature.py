@@ -72,7 +72,7 @@ def leaf_type(x, kind: str) -> TensorType:
 def float_key(x: float):
     """A float as a cache key: `-0.0` differs from `0.0` (1/-0.0 is -inf), and NaNs with the
     same bits are equal (NaN != NaN would miss the cache on every call)."""
-    if x != x:
+    if math.isnan(x):
         return ("nan", struct.pack("<d", x))
     if x == 0.0 and math.copysign(1.0, x) < 0:
         return "-0.0"
