@@ -150,7 +150,8 @@ def test_importing_strategax_does_not_import_ray():
     import subprocess
     import sys
 
-    code = "import sys, strategax, strategax.experimental; assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]"
+    code = ("import sys, strategax, strategax.experimental; "
+            "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]")
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT.parent), JAX_PLATFORMS="cpu")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -39,7 +39,8 @@ class Failure:
             first = cause.error()
             return ClosureCancelledError(
                 f"this scheduled function did not run: an earlier one failed ({type(first).__name__}: "
-                f"{str(first).splitlines()[0][:200]})", "handle the error coordinator.join() raised, then schedule again")
+                f"{str(first).splitlines()[0][:200]})",
+                "handle the error coordinator.join() raised, then schedule again")
         return cls(make)
 
 
