@@ -371,3 +371,26 @@ def test_latest_checkpoint_never_follows_a_link_out_of_its_directory(tmp_path):
     foreign = sx.Checkpoint(v=sx.Variable(2.0)).save(str(outside) + os.sep)
     os.symlink(foreign, inside / "ckpt-99")
     assert sx.latest_checkpoint(str(inside)) == own
+
+
+def test_relative_paths_are_taken_from_the_working_directory(tmp_path, monkeypatch):
+    # Intent: TensorFlow accepts relative checkpoint paths (orbax alone refuses them): save(prefix),
+    # a manager's directory, latest_checkpoint and restore all resolve them against the working
+    # directory when called, and the values round-trip (NumPy's own values as the reference).
+    monkeypatch.chdir(tmp_path)
+    st = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    values = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with st.scope():
+        v = sx.Variable(values)
+    checkpoint = sx.Checkpoint(v=v)
+    path = checkpoint.save("training/ckpt")
+    assert path == os.path.join("training", "ckpt-1") and (tmp_path / "training" / "ckpt-1").is_dir()
+    manager = sx.CheckpointManager(checkpoint, "managed", max_to_keep=1)
+    assert manager.save() == os.path.join("managed", "ckpt-1")
+    v.assign(np.zeros((2, 3), np.float32))
+    checkpoint.restore(sx.latest_checkpoint("training"))
+    np.testing.assert_array_equal(np.asarray(v.numpy()), values)
+    v.assign(np.zeros((2, 3), np.float32))
+    assert manager.restore_or_initialize() == os.path.join("managed", "ckpt-1")
+    np.testing.assert_array_equal(np.asarray(v.numpy()), values)
+    np.testing.assert_array_equal(orbax_alone(str(tmp_path / "managed" / "ckpt-1"))["v"], values)

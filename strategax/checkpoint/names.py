@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckpointError
-from ..variables import Optimizer, Variable
+from ..variables import Optimizer, ShardedVariable, Variable
 
 Path = tuple[str, ...]
 
@@ -53,7 +53,7 @@ def collect(objects: dict) -> Objects:
 
 
 def _walk(path: Path, obj: Any, out: Objects) -> None:
-    if isinstance(obj, Variable):
+    if isinstance(obj, (Variable, ShardedVariable)):  # a sharded one is stored whole
         out.variables[path] = obj
     elif isinstance(obj, Optimizer):
         out.optimizers[path] = obj
@@ -76,10 +76,17 @@ def stored(objects: Objects) -> dict[Path, Variable]:
     """Every entry the checkpoint stores, by path; raises on names orbax cannot keep apart."""
     entries = dict(objects.variables)
     paths = objects.path_of()
+    shards = {id(s): path for path, v in objects.variables.items() if isinstance(v, ShardedVariable)
+              for s in v.variables}
     for opt_path, opt in objects.optimizers.items():
         for sub_path, var in opt.non_slot_variables().items():
             entries[opt_path + sub_path] = var
         for var, state_path, slot in opt.slot_variables():
+            if id(var) in shards:
+                raise CheckpointError(
+                    f"optimizer {shown(opt_path)!r} keeps state for {var.name!r}, a shard of sharded variable "
+                    f"{shown(shards[id(var)])!r}: optimizer state of sharded variables cannot be stored yet",
+                    "checkpoint the model without the optimizer (its variables restore into any sharding)")
             if id(var) not in paths:
                 raise CheckpointError(
                     f"optimizer {shown(opt_path)!r} keeps state for variable {var.name!r}, which this "

@@ -147,6 +147,11 @@ class Strategy(LogicalDevicesMixin):
 
     _execute._runs_directly = True  # a cached call may call the jax.jit function itself (trace/fast_call.py)
 
+    def _across_workers(self, fn: Callable, key) -> Any:
+        """Run `fn`, a program every worker runs together outside a compiled step (a multi-worker
+        strategy bounds it and names a lost worker); `key` identifies the program."""
+        return fn()
+
     def _ir_module_attrs(self) -> dict:
         """Extra attributes for the modules this strategy compiles (none by default)."""
         return {}
@@ -350,10 +355,10 @@ class Strategy(LogicalDevicesMixin):
         leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_distributed)
         if not any(is_distributed(x) for x in leaves):
             return (value,)
-        per_leaf = [self.experimental_local_results(x) if is_distributed(x) else (x,) * self.num_replicas_in_sync
-                    for x in leaves]
-        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf])
-                     for i in range(self.num_replicas_in_sync))
+        results = {i: self.experimental_local_results(x) for i, x in enumerate(leaves) if is_distributed(x)}
+        count = len(next(iter(results.values())))  # this worker's replicas (all of them while tracing)
+        per_leaf = [results.get(i, (x,) * count) for i, x in enumerate(leaves)]
+        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf]) for i in range(count))
 
     def _local_results_traced(self, value: DistributedValues) -> tuple:
         n = self.num_replicas_in_sync

@@ -205,6 +205,12 @@ class StrategyFunction:
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
 
+    def __reduce__(self):
+        """Pickled as what it compiles, not its programs (a parameter-server worker that
+        unpickles a step compiles it again, for its own devices)."""
+        return StrategyFunction, (self._strategy, self._fn, self._name), {
+            "_reduce_retracing": self._reduce_retracing, "_input_signature": self._input_signature}
+
     def __call__(self, *args, **kwargs):
         if _context.is_tracing():
             return self._fn(*args, **kwargs)

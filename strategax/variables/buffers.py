@@ -105,7 +105,8 @@ class VarBuffer:
             return self.array
         if self.array.is_fully_addressable:
             return jnp.asarray(self.eager_read())
-        return _aggregator(self.layout, self.var.aggregation)(self.array)
+        combine, array = _aggregator(self.layout, self.var.aggregation), self.array
+        return self.var._strategy._across_workers(lambda: combine(array), ("read", self.layout, self.var.aggregation))
 
     def eager_update(self, kind: str, value) -> None:
         """Apply an update to every copy (the value is already what each copy receives; a
