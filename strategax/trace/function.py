@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,7 @@ from .importer import import_jaxpr
 from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key, key_data
 from .batches import Streams, TraceInputs, rewrite
+from .batches.takes import InputPlan
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
 from .var_session import VarSession
@@ -38,18 +40,30 @@ from .var_session import VarSession
 log = logging.getLogger("strategax")
 
 
+@dataclass
+class Traced:
+    """What tracing a call gives: the optimised module and how to read its outputs back."""
+
+    module: Module  # after the pass pipeline
+    out_treedef: Any  # the result's pytree structure
+    out_plan: list  # per output leaf: (kind, where it comes from: an output index or a static value)
+    variables: list  # the variables the program reads or writes (extra inputs and outputs, in order)
+    inputs: InputPlan | None  # the batches taken from iterator arguments (after the other inputs)
+    whole: tuple  # the streams a `for` loop iterates to their end (their counts: in the cache key)
+
+
 class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
-    def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
-                 out_plan: list, strategy, variables: list = (), inputs=None, whole: tuple = ()):
-        self.module, self.executable, self.out_treedef = module, executable, out_treedef
-        self.out_plan, self.strategy = out_plan, strategy
+    def __init__(self, traced: Traced, executable: Executable, sig: Signature, strategy):
+        self.module, self.executable, self.out_treedef = traced.module, executable, traced.out_treedef
+        self.out_plan, self.strategy = traced.out_plan, strategy
+        variables = traced.variables
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
-        self.inputs = inputs  # takes.InputPlan: batches from iterator arguments, after the others
-        self.whole = whole  # the streams a `for` loop iterates to their end (their counts: in the key)
+        self.inputs = traced.inputs  # takes.InputPlan: batches from iterator arguments, after the others
+        self.whole = traced.whole  # the streams a `for` loop iterates to their end (their counts: in the key)
         self.last_call = 0  # the detector's call number of the latest call (least recently used goes first)
         # each variable's buffer is an extra (donated) input and output, after the others
         self.var_slots = [(v._store, lay) for v, lay in
@@ -57,7 +71,7 @@ class _Compiled:
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
         self.variables = list(variables)
         self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
-        self.gaps = module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
+        self.gaps = self.module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
 
     def partial(self, sig: Signature) -> bool:
         """Whether this call brings a partial batch (an argument, or one taken from an iterator)."""
@@ -259,15 +273,16 @@ class StrategyFunction:
         return out
 
     # --- tracing and compiling ------------------------------------------------------------
-    def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None):
+    def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> Traced:
         strategy = self._strategy
         dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
-        out_info = {}
+        out_treedef, out_plan = None, []  # set by flat_fn from the function's result
         session = VarSession(strategy)
         inputs = TraceInputs(strategy, sig.leaves, host_streams(sig))
 
         def flat_fn(*values):
+            nonlocal out_treedef, out_plan
             leaves = list(sig.leaves)
             for i, v in zip(dynamic, values):
                 kind = sig.kinds[i]
@@ -281,7 +296,7 @@ class StrategyFunction:
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
             with _context.tracing(strategy, session, (count, rows), inputs):
                 result = self._fn(*args, **kwargs)
-            out_leaves, out_info["treedef"] = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
+            out_leaves, out_treedef = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
             for leaf in out_leaves:
                 if getattr(leaf, "_is_variable", False):
@@ -309,7 +324,7 @@ class StrategyFunction:
                 else:
                     plan.append((ARRAY, len(arrays)))
                     arrays.append(result_array(leaf, f"the strategy.function {self._name}"))
-            out_info["plan"] = plan
+            out_plan = plan
             return arrays
 
         structs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=sig.kinds[i] == SCALAR)  # as jax.jit
@@ -331,20 +346,19 @@ class StrategyFunction:
             used = _innermost_user_frame(err)
             raise int32_error(names[big[0]], sig.leaves[big[0]],
                               ", and it is used as a number" + (f" at {used[0]}:{used[1]}" if used else "")) from None
-        closed, input_types, out_info["inputs"] = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
         func = import_jaxpr(closed, types + input_types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
         module = Module(self._name, attrs, funcs=[func])
-        out_info["variables"] = session.variables_of(module)
-        module.vars = session.decls(out_info["variables"])
+        variables = session.variables_of(module)
+        module.vars = session.decls(variables)
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         # the results mask-padding found to be per-example come back with each replica's real rows
-        padded = per_example.padded_inputs(sig, dynamic, out_info["inputs"])
-        out_info["plan"] = per_example.output_plan(module, out_info["plan"], padded, PER_REPLICA, PER_EXAMPLE)
-        return (module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"],
-                tuple(inputs.whole))
+        padded = per_example.padded_inputs(sig, dynamic, input_plan)
+        out_plan = per_example.output_plan(module, out_plan, padded, PER_REPLICA, PER_EXAMPLE)
+        return Traced(module, out_treedef, out_plan, variables, input_plan, tuple(inputs.whole))
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:
         """A trace with Python numbers as values failed: when it traces with them as constants,
@@ -382,9 +396,8 @@ class StrategyFunction:
         return sig.key + (("n", tuple(host.count(s) for s in whole)),)
 
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
-        module, out_treedef, plan, variables, inputs, whole = self._trace(sig, snapshots, timings)
-        executable = Executable(module, self._strategy._mesh)
-        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables, inputs, whole)
+        traced = self._trace(sig, snapshots, timings)
+        return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,

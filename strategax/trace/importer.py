@@ -31,11 +31,11 @@ _DERIVED_KEYS = {name: ("update_jaxpr", "update_consts") for name in DERIVED_PAR
 _REGION_PARAMS = {"cond": ("branches",), "while": ("cond_jaxpr", "body_jaxpr"), "scan": ("jaxpr",)}
 
 
-class ImportError_(TypeError):
+class JaxprImportError(TypeError):
     """A traced program uses something the strategax IR cannot hold."""
 
 
-class UnrepresentableError(StrategaxError, ImportError_):
+class UnrepresentableError(StrategaxError, JaxprImportError):
     """A primitive of the user's program has a parameter the strategax IR cannot hold; names the
     user's line that made it."""
 
@@ -47,11 +47,11 @@ _UNREPRESENTABLE_FIX = ("compute it with JAX operations on arrays (or keep the c
 def _type_of(aval, where: str) -> TensorType:
     aval = physical_aval(aval)  # a PRNG key array is held as its key data
     if not hasattr(aval, "shape") or not hasattr(aval, "dtype"):
-        raise ImportError_(f"{where}: strategax cannot hold a value of type {aval}")
+        raise JaxprImportError(f"{where}: strategax cannot hold a value of type {aval}")
     try:
         return TensorType.of(aval)
     except TypeError as e:
-        raise ImportError_(f"{where}: {e}") from None
+        raise JaxprImportError(f"{where}: {e}") from None
 
 
 _file_cache: dict[str, str] = {}
@@ -128,7 +128,7 @@ class _Importer:
                 name not in _REGION_PARAMS and isinstance(eqn.params.get("call_jaxpr"), (jex.ClosedJaxpr, jex.Jaxpr))):
             sub = next((eqn.params[p] for p in _CALL_JAXPR_PARAMS if p in eqn.params), None)
             if sub is None:
-                raise ImportError_(f"cannot inline primitive {name!r}: no sub-program found")
+                raise JaxprImportError(f"cannot inline primitive {name!r}: no sub-program found")
             jaxpr, consts = (sub.jaxpr, sub.consts) if hasattr(sub, "consts") else (sub, ())
             outs = self.inline(jaxpr, consts, args)
             for var, v in zip(eqn.outvars, outs):
@@ -173,7 +173,7 @@ class _Importer:
         `dialects.jax_ops.subprogram_jaxpr` rebuilds it), else held as it is."""
         try:
             block = self.region(closed)
-        except ImportError_:
+        except JaxprImportError:
             block = None
         if block is None or any(not (op.name == "sx.constant" or op.name.startswith("jax.") and not op.regions)
                                 for op in block.ops):
