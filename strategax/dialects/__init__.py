@@ -9,7 +9,8 @@ effects, AD, batching, lowering and reference rules side by side (as JAX's
 - `variables`: `sx.var_read`, `sx.var_assign*`, `sx.broadcast`;
 - `logical`: the logical-device annotations;
 - `control_flow`: `jax.cond`, `jax.while`, `jax.scan` with regions;
-- `rows`: `sx.rows` (a padded batch's row axis) and `sx.mask_rows` (its padded rows hidden).
+- `rows`: `sx.rows` (a padded batch's row axis), `sx.mask_rows` (its padded rows hidden) and
+  `sx.row_ones` (a 1 per row, which a masked sum counts real rows with).
 """
 from . import bucket, collectives, control_flow, jax_attrs, jax_ops, logical, rows, variables
 from .jax_attrs import AttrError, from_attr, to_attr

@@ -1,16 +1,20 @@
-"""Padded rows: `sx.rows` marks a padded input batch, `sx.mask_rows` hides its padded rows.
+"""Padded rows: `sx.rows` marks a padded input batch, `sx.mask_rows` hides its padded rows,
+`sx.row_ones` counts rows.
 
 A partial batch is padded to one static row count; each replica's real row count is a program
 input. Tracing marks every leaf of a padded batch with `sx.rows %x, %count` (the identity on
 values: axis 0 of `x` is the row axis, its first `count` rows are real). The `mask-padding`
 pass follows the row axis from these marks, replaces the padded rows of every operand of an op
 that combines rows by the op's identity with `sx.mask_rows` (a select: inf/NaN on a padded
-row cannot leak, as they would through a multiply), then drops the marks.
+row cannot leak, as they would through a multiply), then drops the marks. `sx.row_ones %x` is
+a 1 per row of `x` whose axis is `x`'s row axis, so the sum of it (a mean's divisor) counts
+only real rows once mask-padding masks that sum; an op of its own, no fold can cut it from `x`.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 from jax import lax
 from jax.interpreters import ad
 
@@ -40,6 +44,26 @@ declare(OpDef("sx.mask_rows", "Replace the padded rows (index >= count along `ax
               "the identity of the op that combines them.", num_operands=2, num_results=1,
               attrs={"axis": Int(minimum=0), "fill": Enum(*FILLS), "reason": Str()}, verify=_verify))
 
+
+
+def _verify_row_ones(op: Operation) -> str | None:
+    x, out = op.operands[0].type, op.result.type
+    if len(x.shape) == 0:
+        return f"sx.row_ones takes a value with rows (rank >= 1), not {x}"
+    if tuple(out.shape) != (x.shape[0],) or out.dtype != x.dtype:
+        return f"result type {out} is not one {x.dtype} per row of {x}"
+    return None
+
+
+def _operand_locality(op: Operation, localities) -> list:
+    """Per-replica rows count per replica (the count differs where the real rows do)."""
+    return [localities[0]]
+
+
+declare(OpDef("sx.row_ones", "A 1 per row (axis 0) of the operand: its rows are the operand's "
+              "rows, so a sum of it counts them (real rows only, once mask-padding masks the sum).",
+              num_operands=1, num_results=1, attrs={}, locality=_operand_locality, verify=_verify_row_ones))
+
 rows_p = primitive("sx.rows")
 rows_p.def_abstract_eval(lambda x, count: x)
 # the mark is on the primal only: tangents and cotangents pass through unmarked
@@ -49,6 +73,18 @@ ad.primitive_jvps[rows_p] = lambda primals, tangents: (rows_p.bind(*primals), ta
 def mark_rows(x, count):
     """Mark traced `x` as a padded batch whose first `count` rows are real."""
     return rows_p.bind(x, count)
+
+
+row_ones_p = primitive("sx.row_ones")
+row_ones_p.def_abstract_eval(lambda x: jax_core.ShapedArray((x.shape[0],), x.dtype))
+# a constant 1 per row: its derivative is zero (JAX calls this only for a float operand)
+ad.primitive_jvps[row_ones_p] = lambda primals, tangents: (
+    row_ones_p.bind(*primals), jnp.zeros((primals[0].shape[0],), primals[0].dtype))
+
+
+def row_ones(x):
+    """A 1 (of `x`'s dtype) per row of traced `x`, following `x`'s rows (see the module doc)."""
+    return row_ones_p.bind(x)
 
 
 def fill_value(fill: str, dtype) -> np.generic:
@@ -84,5 +120,8 @@ def _reference_mask(op, args, ctx):
 
 LOWERINGS["sx.rows"] = lambda op, args, ctx: [args[0]]
 REFERENCE["sx.rows"] = lambda op, args, ctx: [list(args[0])]
+LOWERINGS["sx.row_ones"] = lambda op, args, ctx: [jnp.ones((args[0].shape[0],), args[0].dtype)]
+REFERENCE["sx.row_ones"] = lambda op, args, ctx: [
+    [np.ones((np.shape(x)[0],), np.asarray(x).dtype) for x in args[0]]]
 LOWERINGS["sx.mask_rows"] = _lower_mask
 REFERENCE["sx.mask_rows"] = _reference_mask

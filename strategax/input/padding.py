@@ -8,7 +8,6 @@ helpers are not needed for correctness there.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -17,6 +16,7 @@ import numpy as np
 
 from .. import _context
 from ..dialects.collectives import all_reduce
+from ..dialects.rows import row_ones
 from ..errors import DistributionValueError
 from ..trace.distributed_values import PerReplicaBatch, is_distributed
 
@@ -61,10 +61,7 @@ def reduce_rows(op_name: str, local, axis: int):
     total = all_reduce(jnp.sum(local, axis=0), "sum", "Strategy.reduce")
     if op_name == "sum" or total.size == 0:  # nothing to divide: an empty mean is empty
         return total
-    shape = jnp.shape(local)
-    first = jnp.reshape(local, (shape[0], math.prod(shape[1:])))[:, 0] if len(shape) > 1 else local
-    ones = jnp.where(first == first, 1.0, 1.0).astype(  # noqa: PLR0124 - a value that follows local's rows
-        total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
+    ones = row_ones(local).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
     n = all_reduce(jnp.sum(ones), "sum", "Strategy.reduce")
     return total / n  # no rows anywhere: NaN, as TensorFlow's mean of nothing
 

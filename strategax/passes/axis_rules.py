@@ -353,6 +353,7 @@ ENTRIES: dict[str, Callable[[Operation], "AxisRule | None"]] = {
        for name in ("jax.reduce_window", "jax.reduce_window_sum", "jax.reduce_window_max",
                     "jax.reduce_window_min", "jax.select_and_gather_add")},
     "sx.rows": _identity, "sx.mask_rows": _identity,
+    "sx.row_ones": lambda op: AxisRule(same=[((op.operands[0], 0), (op.result, 0))]),  # one per row
     "jax.optimization_barrier": _identity,
     "sx.constant": _nothing, "jax.iota": _nothing, "sx.all_gather": _nothing,
     "jax.broadcast_in_dim": _unary(lambda x, r, a: AxisRule(same=[
