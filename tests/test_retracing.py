@@ -1,6 +1,6 @@
 """Cache keys and retracing (issue 15): Python scalars keyed by type and value (-0.0, NaN);
 eager run of a fresh lambda with the same code and captures reuses its program; eager
-reduce/gather/batch_reduce_to/all_gather compile once; caches are LRU-bounded
+reduce/gather/batch_reduce_to/update/all_gather compile once; caches are LRU-bounded
 (STRATEGAX_CACHE_SIZE); a function that keeps retracing logs tf.function's warning naming what
 changed; reduce_retracing=True traces Python numbers as values. Numbers are checked against
 plain JAX/NumPy and TensorFlow's recorded behaviour (tests/data/tf/retracing.json); programs
@@ -101,7 +101,7 @@ def test_eager_run_of_a_fresh_lambda_reuses_its_program(builds):
         out = st.run(lambda v, k=2.0: counted(v) * scale + k, args=(x,))
         for got, c in zip(out.values, comps):
             np.testing.assert_allclose(got, c * 3.0 + 2.0)
-    assert builds[0] == 1 and len(st._run_functions) == 1
+    assert builds[0] == 1 and len(st._eager_functions) == 1
     # a captured value, a default or a global that differs is another program, with its numbers
     out = st.run(lambda v, k=5.0: counted(v) * scale + k, args=(x,))
     np.testing.assert_allclose(out.values[2], comps[2] * 3.0 + 5.0)
@@ -168,22 +168,30 @@ def test_eager_run_of_a_bound_method_compiles_once(builds):
     assert builds[0] == 1
 
 
-def test_eager_reduce_gather_batch_reduce_and_all_gather_compile_once(builds):
-    # Intent: eager cross-replica calls compile one program per signature, not one per call.
+def test_eager_reduce_gather_batch_reduce_update_and_all_gather_compile_once(builds):
+    # Intent: eager cross-replica calls (reduce, gather, batch_reduce_to, extended.update with a
+    # PerReplica argument, a run) compile one program per signature, not one per call: three
+    # identical calls of each leave one compiled function per call kind with one program each.
     st = strategy()
     x, comps = per_replica(st), components()
     total = np.sum(comps, axis=0)
+    with st.scope():
+        acc = sx.Variable(np.zeros(2, np.float32), synchronization=sx.VariableSynchronization.ON_READ,
+                          aggregation=sx.VariableAggregation.SUM)
     for _ in range(3):
         np.testing.assert_allclose(st.reduce("SUM", x, axis=None), total)
         np.testing.assert_allclose(st.reduce("MEAN", x, axis=0), np.mean(np.concatenate(comps)))
         np.testing.assert_allclose(st.gather(x, 0), np.concatenate(comps))
         reduced, = st.extended.batch_reduce_to("SUM", [(x, None)])
         np.testing.assert_allclose(reduced.values[2], total)
+        st.extended.update(acc, lambda var, v: var.assign_add(v), args=(x,))
         gathered = st.run(lambda v: sx.get_replica_context().all_gather(v, 0), args=(x,))
         np.testing.assert_allclose(gathered.values[3], np.concatenate(comps))
-    assert builds[0] == 5
-    st.gather(per_replica_wide(st), 0)  # a new signature: one more program
+    np.testing.assert_allclose(np.stack([np.asarray(c) for c in acc.values]), 3 * np.stack(comps))
     assert builds[0] == 6
+    assert len(st._eager_functions) == 6 and all(len(f._cache) == 1 for f in st._eager_functions.values())
+    st.gather(per_replica_wide(st), 0)  # a new signature: one more program
+    assert builds[0] == 7
 
 
 def per_replica_wide(st):
@@ -209,7 +217,7 @@ def test_caches_keep_the_most_recently_used_programs(builds, monkeypatch):
     for k in range(3):
         out = st.run(lambda t, k=float(k): t + k, args=(v,))
         np.testing.assert_allclose(out.values[0], comps[0] + k)
-    assert len(st._run_functions) == 2
+    assert len(st._eager_functions) == 2
 
 
 def test_a_bad_cache_size_is_a_located_error(monkeypatch):

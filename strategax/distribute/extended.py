@@ -20,6 +20,7 @@ from ..trace.fn_key import function_key
 from ..trace.retracing import Detector
 from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
 from . import context
+from .cross_replica import eager_function
 from .options import check_options
 from .reduce_op import ReduceOp
 from .replica_context import ReplicaContext
@@ -157,8 +158,8 @@ class StrategyExtended:
             values = [v for v, _ in pairs]
             if not any(is_distributed(v) for v in values):
                 return values
-            reduced = self._strategy._eager(
-                ("batch_reduce_to", op, options),
+            reduced = eager_function(
+                self._strategy, ("batch_reduce_to", op, options),
                 lambda: lambda values: self.batch_reduce_to(op, [(v, None) for v in values], options),
                 "batch_reduce_to")(values)
             return [r if not _is_device_string(d) or not is_distributed(r) else r.values[0]
@@ -216,8 +217,8 @@ class StrategyExtended:
         if per_replica and not _context.is_tracing():  # one compiled program gives each copy its part
             # cached like an eager run: the same variable, function (by code, defaults and
             # captures) and grouping reuse one program (the entry keeps `var` alive, so its id holds)
-            return self._strategy._eager(
-                ("update", id(var), function_key(fn), group),
+            return eager_function(
+                self._strategy, ("update", id(var), function_key(fn), group),
                 lambda: lambda a, k: self.update(var, fn, a, k, group), "update")(tuple(args), kwargs)
         local = per_replica and getattr(var, "_per_replica", False)  # a sync-on-read variable
         args, kwargs = self._update_args((tuple(args), kwargs), per_replica_ok=_context.is_tracing())

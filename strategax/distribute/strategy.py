@@ -13,7 +13,6 @@ from ..backends import make_mesh
 from ..dialects import collectives
 from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_callable,
                       check_int, check_mapping, check_type)
-from ..input import padding
 from ..input.dataset import DistributedDataset
 from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import Dataset
@@ -21,12 +20,10 @@ from ..input.options import InputOptions
 from ..trace import StrategyFunction
 from ..trace.signature import check_input_signature, result_array
 from ..trace.cache import LRU
-from ..trace.fn_key import function_key, named_parts
-from ..trace.batches import LocalResult
-from ..trace.retracing import Detector
-from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
+from ..trace.fn_key import function_key
+from ..trace.distributed_values import (PerReplica, is_distributed,
                                         local_value, regroup)
-from . import context, ragged
+from . import context, cross_replica
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
 from .logical_devices import LogicalDevicesMixin
@@ -81,10 +78,6 @@ def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
 
 
-def _is_mirrored_variable(x) -> bool:
-    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
-
-
 class StrategyScope:
     """What `strategy.scope()` returns: a context manager that may be entered again after it
     exits (TensorFlow 2.21 fails part-way through a second entry; see docs/porting.md)."""
@@ -122,10 +115,9 @@ class Strategy(LogicalDevicesMixin):
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)
-        # eager run/reduce/gather: one compiled function per (function, options), LRU-bounded
+        # every eager API call's compiled function (cross_replica.eager_function), LRU-bounded
         # (STRATEGAX_CACHE_SIZE); each keeps its programs per input signature
-        self._run_functions = LRU()
-        self._reduce_functions = LRU()
+        self._eager_functions = LRU()
 
     # --- basics -----------------------------------------------------------------------
     @property
@@ -189,11 +181,6 @@ class Strategy(LogicalDevicesMixin):
                                               input_signature=input_signature)
         return StrategyFunction(self, fn, name, reduce_retracing=reduce_retracing, input_signature=input_signature)
 
-    def _eager(self, key, make_fn: Callable[[], Callable], name: str) -> StrategyFunction:
-        """The compiled function of an eager reduce/gather/batch_reduce_to (cached by `key`)."""
-        return self._reduce_functions.get_or_make(
-            key, lambda: StrategyFunction(self, make_fn(), name=name, detector=Detector()))
-
     # --- run ---------------------------------------------------------------------------
     def run(self, fn: Callable, args: Sequence = (), kwargs: dict | None = None, options=None):
         """Run `fn` on every replica; per-replica arguments give replica i its component i."""
@@ -209,11 +196,9 @@ class Strategy(LogicalDevicesMixin):
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
         if not _context.is_tracing():  # a function of the same code, defaults and captures: one runner
-            args, kwargs = _tree_map_distributed(
-                lambda x: ragged.as_padded_batch(self, x) if ragged.is_ragged(x) else x, (tuple(args), kwargs))
-            runner = self._run_functions.get_or_make(function_key(fn), lambda: StrategyFunction(
-                self, lambda *a, **k: self.run(fn, a, k), name=getattr(fn, "__name__", "run"),
-                origin=fn, parts=named_parts(fn)))
+            args, kwargs = cross_replica.ragged_as_batches(self, (tuple(args), kwargs))
+            runner = cross_replica.eager_function(self, ("run", function_key(fn)), lambda: lambda *a, **k: self.run(
+                fn, a, k), getattr(fn, "__name__", "run"), origin=fn)
             return runner(*args, **kwargs)
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
@@ -235,139 +220,25 @@ class Strategy(LogicalDevicesMixin):
     def _default_replica_context(self):
         return DefaultReplicaContext(self)
 
-    # --- reduce, gather, local results --------------------------------------------------------
+    # --- reduce, gather, local results (computed in cross_replica.py) ------------------------
     def reduce(self, reduce_op, value: Any, axis: int | None = None):
         """Combine a distributed value (or a pytree of them) across replicas into one value."""
         context.require_cross_replica("strategy.reduce")
         op = ReduceOp.parse(reduce_op)
         collectives.check_axis_type(axis, "strategy.reduce", allow_none=True)
         check_values(value, "strategy.reduce")
-        leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
-        n = self.num_replicas_in_sync
-        if not any(is_distributed(x) for x in leaves):
-            return self._reduce_plain(op, value, axis)
-        if not _context.is_tracing() and any(ragged.is_ragged(x) for x in leaves):
-            return _tree_map_distributed(
-                lambda x: ragged.reduce(op.ir_name, x, axis) if ragged.is_ragged(x) else self.reduce(op, x, axis),
-                value)
-        for x in leaves:
-            if is_distributed(x) and x._local is None:
-                check_components(x, n, self._num_local_replicas)
-        if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis),
-                             lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True), "reduce")
-            padding.check_even(value, axis)
-            if axis is None:
-                return padding.trim_reduced(value, fn(value))
-            return fn(value)
-        return self._reduce_tree(op, value, axis, trimmed=False)
-
-    def _reduce_tree(self, op: ReduceOp, value: Any, axis: int | None, trimmed: bool):
-        """The traced reduction of every leaf; `trimmed`: the caller drops padded rows after."""
-        return _tree_map_distributed(lambda x: self._reduce_traced(op, x, axis, trimmed), value)
-
-    def _reduce_plain(self, op: ReduceOp, value: Any, axis: int | None):
-        """TensorFlow 2.21 treats a plain value as the same on every replica: MEAN returns it
-        (its mean over `axis`), SUM over `axis` is N times its sum, SUM without axis raises."""
-        n = self.num_replicas_in_sync
-        if op is ReduceOp.SUM and axis is None and n > 1:
-            raise DistributionValueError(
-                f"strategy.reduce(SUM, ...) got a value that is not distributed, on {n} replicas "
-                "(TensorFlow raises here too: the sum is ambiguous)",
-                "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
-        if axis is None:  # a variable gives its value, as TensorFlow's reduce of one
-            return jax.tree_util.tree_map(lambda x: x.read_value() if getattr(x, "_is_variable", False) else x, value)
-
-        def one(x):
-            x = jnp.asarray(x)
-            k = collectives.check_axis(axis, x.ndim, "strategy.reduce")
-            return jnp.mean(x, axis=k) if op is ReduceOp.MEAN else n * jnp.sum(x, axis=k)
-        return jax.tree_util.tree_map(one, value)
-
-    def _reduce_traced(self, op: ReduceOp, x, axis, trimmed: bool = False):
-        local = local_value(x) if is_distributed(x) else jnp.asarray(x)
-        if axis is not None:
-            axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
-        if not trimmed and axis != 0:
-            padding.check_not_padded(local, "strategy.reduce" + (" without axis" if axis is None else f"(axis={axis})"),
-                                     "reduce over the batch axis (axis=0), or call strategy.reduce outside the "
-                                     "compiled function (strategax drops the padded rows there)")
-        if axis is None:
-            return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-        if axis == 0 and local.ndim:  # counts only real rows where local is per-example
-            return padding.reduce_rows(op.ir_name, local, axis)
-        total = collectives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
-        if op is ReduceOp.MEAN:
-            total = total / (local.shape[axis] * self.num_replicas_in_sync)
-        return total
+        return cross_replica.reduce(self, op, value, axis)
 
     def gather(self, value: Any, axis: int):
         """Concatenate the replicas' values along `axis` (a pytree of distributed values)."""
         context.require_cross_replica("strategy.gather")
         collectives.check_axis_type(axis, "strategy.gather")
         check_values(value, "strategy.gather")
-        value = jax.tree_util.tree_map(self._gather_variable(axis), value, is_leaf=_is_mirrored_variable)
-        if not _context.is_tracing():
-            leaves = jax.tree_util.tree_leaves(value, is_leaf=is_distributed)
-            if not any(is_distributed(x) for x in leaves):
-                return value
-            if any(ragged.is_ragged(x) for x in leaves):
-                return _tree_map_distributed(
-                    lambda x: ragged.gather(x, axis) if ragged.is_ragged(x) else self.gather(x, axis), value)
-            padding.check_even(value, axis, gather=True)
-            gathered = self._eager(("gather", axis), lambda: lambda value: self._gather_tree(value, axis, trimmed=True),
-                                   "gather")(value)
-            return padding.trim_gathered(value, gathered, axis)
-        return self._gather_tree(value, axis, trimmed=False)
-
-    def _gather_tree(self, value: Any, axis: int, trimmed: bool):
-        n = self.num_replicas_in_sync
-
-        def one(x):
-            if not is_distributed(x):
-                return x
-            local = local_value(x)
-            if not trimmed:
-                padding.check_not_padded(local, "strategy.gather", "call strategy.gather outside the compiled "
-                                         "function (strategax keeps each replica's real rows there)")
-            return collectives.all_gather(local, axis, n, "Strategy.gather")
-        return _tree_map_distributed(one, value)
-
-    def _gather_variable(self, axis: int):
-        """A mirrored variable of this strategy gathers as its copies concatenated (TensorFlow)."""
-        def gather(x):
-            if not _is_mirrored_variable(x) or x._strategy is not self:
-                return x
-            return jnp.concatenate([jnp.asarray(x.read_value())] * self.num_replicas_in_sync, axis=axis)
-        return gather
+        return cross_replica.gather(self, value, axis)
 
     def experimental_local_results(self, value: Any) -> tuple:
         """One value per local replica (a 1-tuple for a plain value)."""
-        if getattr(value, "_is_variable", False) and isinstance(value, DistributedValues):
-            if not _context.is_tracing():
-                return tuple(value.values)  # the copies, as TensorFlow
-            if _is_mirrored_variable(value):
-                return (value.read_value(),) * self.num_replicas_in_sync
-        if is_distributed(value):
-            if value._local is not None:
-                return self._local_results_traced(value)
-            return tuple(value.values)
-        leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_distributed)
-        if not any(is_distributed(x) for x in leaves):
-            return (value,)
-        results = {i: self.experimental_local_results(x) for i, x in enumerate(leaves) if is_distributed(x)}
-        count = len(next(iter(results.values())))  # this worker's replicas (all of them while tracing)
-        per_leaf = [results.get(i, (x,) * count) for i, x in enumerate(leaves)]
-        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf]) for i in range(count))
-
-    def _local_results_traced(self, value: DistributedValues) -> tuple:
-        n = self.num_replicas_in_sync
-        if isinstance(value, Mirrored):
-            return (value._local,) * n
-        if padding.is_per_example(value._local):  # no static shape: cut from the output after the run
-            return tuple(LocalResult(value, i) for i in range(n))
-        gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
-        return tuple(gathered[i] for i in range(n))
+        return cross_replica.local_results(self, value)
 
     # --- distributing values --------------------------------------------------------------
     def experimental_distribute_values_from_function(self, value_fn: Callable):

@@ -1,5 +1,6 @@
 """Bounds on the program caches: each compiled function keeps at most `cache_size()` programs,
-and each strategy at most that many functions for eager `run`/`reduce`/`gather`; the least
+and each strategy at most that many functions for its eager API calls together
+(`run`/`reduce`/`gather`/`batch_reduce_to`/`extended.update`); the least
 recently used goes first. Set the bound with the environment variable STRATEGAX_CACHE_SIZE
 (read when a function or strategy is made; default 64)."""
 from __future__ import annotations
