@@ -31,7 +31,7 @@ from ..input import padding
 from ..input.place import place_pieces
 from ..trace import StrategyFunction
 from ..trace.batches import LocalResult
-from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, PerReplicaBatch,
+from ..trace.distributed_values import (DistributedValues, Form, Mirrored, PerReplica, PerReplicaBatch,
                                         check_components, is_distributed, local_value)
 from ..trace.fn_key import named_parts
 from ..trace.retracing import Detector
@@ -66,15 +66,17 @@ def _is_mirrored_variable(x) -> bool:
 
 # --- ragged values ------------------------------------------------------------------------------
 def _components(x) -> list[np.ndarray] | None:
+    if not x.form.has_components:
+        return None
     comps = x._values
-    if comps is None or not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps):
+    if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps):
         return None
     return comps
 
 
 def is_ragged(x: Any) -> bool:
     """A PerReplica built from array components of one rank and dtype but different shapes."""
-    if not is_distributed(x) or not isinstance(x, PerReplica) or x._local is not None:
+    if not is_distributed(x) or not isinstance(x, PerReplica) or x.form is Form.TRACED:
         return False
     comps = _components(x)
     if comps is None or len({tuple(c.shape) for c in comps}) <= 1:
@@ -123,7 +125,7 @@ def reduce(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
     if not tracing and any(is_ragged(x) for x in leaves):
         return _map(lambda x: _reduce_ragged(op, x, axis) if is_ragged(x) else reduce(strategy, op, x, axis), value)
     for x in leaves:
-        if is_distributed(x) and x._local is None:
+        if is_distributed(x) and x.form is not Form.TRACED:
             check_components(x, strategy.num_replicas_in_sync, strategy._num_local_replicas)
     if tracing:
         return _map(lambda x: _reduce_traced(strategy, op, x, axis, trimmed=False), value)
@@ -310,7 +312,7 @@ def local_results(strategy, value: Any) -> tuple:
         if _is_mirrored_variable(value):
             return (value.read_value(),) * strategy.num_replicas_in_sync
     if is_distributed(value):
-        if value._local is not None:
+        if value.form is Form.TRACED:
             return _local_results_traced(strategy, value)
         return tuple(value.values)
     leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_distributed)

@@ -15,7 +15,7 @@ from jax._src import core as jax_core
 
 from .. import _context
 from ..errors import DistributionRuntimeError, check_callable, check_mapping, check_sequence
-from ..trace.distributed_values import DistributedValues, PerReplica, is_distributed
+from ..trace.distributed_values import DistributedValues, Form, PerReplica, is_distributed
 
 
 def _to_per_replica(x: Any) -> Any:
@@ -28,7 +28,7 @@ def _to_per_replica(x: Any) -> Any:
 
 def _to_local(x: Any) -> Any:
     if isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False):
-        if x._local is None:
+        if x.form is not Form.TRACED:
             raise DistributionRuntimeError(
                 "merge_fn returned a distributed value that was not computed in this program",
                 "return values computed from merge_fn's arguments")

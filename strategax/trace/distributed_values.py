@@ -1,11 +1,14 @@
 """`PerReplica` and `Mirrored`: one value per replica, as in tf.distribute.
 
-Outside a trace a distributed value holds either its components or one global `jax.Array`
-sharded over the replicas (what a compiled program returns; components are views of its
-shards, made on first use). Inside a trace it holds the local (this replica's) tracer.
+A distributed value is in one of the `Form`s: outside a trace it holds its components (one
+per replica, as built), one global `jax.Array` sharded over the replicas (what a compiled
+program returns), or both (the components read from the array's shards, or the array
+assembled from the components for a program, each made once, on first use); inside a trace it
+holds the local (this replica's) tracer.
 """
 from __future__ import annotations
 
+import enum
 from typing import Any, Sequence
 
 import jax
@@ -15,6 +18,23 @@ import numpy as np
 from .. import _context
 from ..dialects import collectives
 from ..errors import DistributionTypeError, DistributionValueError
+
+
+class Form(enum.Enum):
+    """What a distributed value holds (`DistributedValues.form`)."""
+
+    COMPONENTS = "components"  # one value per (local) replica, as built (`_values`)
+    GLOBAL = "global"  # one global array sharded over the replicas, with its layout (`_global`)
+    BOTH = "both"  # components and the global array, the one made from the other
+    TRACED = "traced"  # this replica's tracer, inside a trace (`_local`)
+
+    @property
+    def has_components(self) -> bool:
+        return self in (Form.COMPONENTS, Form.BOTH)
+
+    @property
+    def has_global(self) -> bool:
+        return self in (Form.GLOBAL, Form.BOTH)
 
 
 class DistributedValues:
@@ -56,20 +76,36 @@ class DistributedValues:
         return self
 
     @property
-    def values(self) -> tuple:
-        """The per-replica components, in replica order."""
+    def form(self) -> Form:
+        """Which of `_values` (components), `_global` (array, layout) and `_local` (tracer) it holds."""
+        if self._local is not None:
+            return Form.TRACED
         if self._values is None:
-            if self._local is not None:
-                raise DistributionValueError(
-                    "the components of a distributed value are not available while tracing",
-                    "use strategy.experimental_local_results(value), or return the value")
+            return Form.GLOBAL
+        return Form.COMPONENTS if self._global is None else Form.BOTH
+
+    def _keep_global(self, array: jax.Array, layout) -> None:
+        """Keep the global array assembled from the components (COMPONENTS -> BOTH): values are
+        immutable, so a program input is assembled once."""
+        self._global = (array, layout)
+
+    @property
+    def values(self) -> tuple:
+        """The per-replica components, in replica order (read from the global array's shards
+        on first use: GLOBAL -> BOTH)."""
+        form = self.form
+        if form is Form.TRACED:
+            raise DistributionValueError(
+                "the components of a distributed value are not available while tracing",
+                "use strategy.experimental_local_results(value), or return the value")
+        if form is Form.GLOBAL:
             array, layout = self._global
             self._values = layout.components(array)
         return self._values
 
     @property
     def _num_components(self) -> int:
-        if self._global is not None and self._values is None:
+        if self.form is Form.GLOBAL:
             return self._global[1].num_local_replicas
         return len(self.values)
 
@@ -87,7 +123,7 @@ class DistributedValues:
     __getitem__ = _not_an_array
 
     def __repr__(self) -> str:
-        if self._local is not None:
+        if self.form is Form.TRACED:
             return f"{self._kind}(traced {self._local.aval.str_short()})"
         body = ",\n".join(f"  {i}: {v!r}" for i, v in enumerate(self.values))
         return f"{self._kind}:{{\n{body}\n}}"
@@ -109,7 +145,7 @@ class Mirrored(DistributedValues):
     _kind = "Mirrored"
 
     def _value(self):
-        return self._local if self._local is not None else self.values[0]
+        return self._local if self.form is Form.TRACED else self.values[0]
 
     def __jax_array__(self):
         return jnp.asarray(self._value())
@@ -186,7 +222,7 @@ def local_value(x: DistributedValues) -> Any:
     built outside the function and captured by closure, its components as constants of the
     program, replica i taking component i (TensorFlow captures values by value, and gives
     replica i component i of a captured `Mirrored` too)."""
-    if x._local is not None:
+    if x.form is Form.TRACED:
         return x._local
     strategy = _context.strategy()
     n = strategy.num_replicas_in_sync
@@ -219,7 +255,7 @@ def regroup(per_replica: Sequence[Any], cls=PerReplica, what: str = "value") -> 
 def check_components(value: DistributedValues, num_replicas: int, num_local: int | None = None) -> None:
     """A distributed value given to a strategy must have one component per replica (per local
     replica, `num_local`, in a multi-process job)."""
-    if value._global is not None:
+    if value.form.has_global:
         n = value._global[1].num_replicas
         if n == num_replicas:
             return
@@ -232,7 +268,7 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
             f"{expected} replicas{where}",
             "build it with one value per replica (strategy.experimental_distribute_values_"
             "from_function does this for you)")
-    if value._values is not None:
+    if value.form.has_components:
         comps = value._values
         structs = [jax.tree_util.tree_structure(c) for c in comps]
         if any(s != structs[0] for s in structs):

@@ -26,7 +26,7 @@ from . import dump, retracing
 from .batches import per_example
 from .cache import cache_size
 from .dump import check_platforms
-from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
+from .distributed_values import DistributedValues, Form, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
 from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
@@ -90,14 +90,14 @@ class _Compiled:
                 out.append(key_data(x))
             elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
                 out.append(np.asarray(x, layout.type.dtype))
-            elif x._global is not None and x._global[1].mesh is layout.mesh:
+            elif x.form.has_global and x._global[1].mesh is layout.mesh:
                 array = x._global[0]
                 if layout.logical_axes is not None and array.sharding != layout.sharding:
                     array = jax.device_put(array, layout.sharding)  # e.g. a batch split over logical devices
                 out.append(array)
             elif kind == PER_REPLICA:
                 array = layout.assemble(x._values)
-                x._global = (array, layout)  # distributed values are immutable: assemble once
+                x._keep_global(array, layout)
                 out.append(array)
             else:
                 out.append(x._values[0])
@@ -309,7 +309,7 @@ class StrategyFunction:
                     if at is None:
                         arrays.append(local)
                 elif isinstance(leaf, DistributedValues):
-                    if leaf._local is None:
+                    if leaf.form is not Form.TRACED:
                         raise DistributionTypeError(
                             "the function returned a distributed value it did not compute",
                             "return values computed from the function's arguments")

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from .keys import is_key, physical_aval
-from .distributed_values import (DistributedValues, PerReplica, PerReplicaBatch, check_components,
+from .distributed_values import (DistributedValues, Form, PerReplica, PerReplicaBatch, check_components,
                                  components_identical, is_distributed, regroup)
 
 STATIC_TYPES = (bool, int, float, complex, str, type(None))
@@ -48,7 +48,7 @@ class Signature:
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
-    return v._values is not None and not isinstance(v._values[0], ARRAY_TYPES + STATIC_TYPES)
+    return v.form.has_components and not isinstance(v._values[0], ARRAY_TYPES + STATIC_TYPES)
 
 
 def _expand(tree):
@@ -60,7 +60,7 @@ def _expand(tree):
 
 def leaf_type(x, kind: str) -> TensorType:
     if kind == PER_REPLICA or kind == MIRRORED:
-        if x._global is not None:
+        if x.form.has_global:
             t = x._global[1].type
             return t.with_locality(Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
         first = x._values[0]
@@ -99,7 +99,7 @@ def _dtype_of(x) -> np.dtype:
 
 
 def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | None = None) -> tuple:
-    if x._local is not None:
+    if x.form is Form.TRACED:
         raise DistributionTypeError(
             "a traced distributed value was passed into a separately compiled function",
             "call the function's body directly inside the strategy.function")
@@ -223,7 +223,7 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             kind = STATIC
             key.append(("D", x._spec_key()))
         elif isinstance(x, DistributedValues):
-            if x._global is None and _needs_regroup(x):
+            if not x.form.has_global and _needs_regroup(x):
                 args, kwargs = _expand((args, kwargs))
                 return signature(args, kwargs, num_replicas, num_local, trace_scalars, fn)
             kind, k = _distributed_key(x, num_replicas, num_local)
@@ -294,7 +294,7 @@ def _as_spec(x: Any) -> TensorSpec:
 
 def _shape_dtype(x: Any) -> tuple[tuple, np.dtype]:
     if isinstance(x, DistributedValues):
-        first = x._global[1].type if x._global is not None else None
+        first = x._global[1].type if x.form.has_global else None
         if first is not None:
             return tuple(first.shape), np.dtype(first.dtype)
         component = x.values[0]
