@@ -145,3 +145,26 @@ def test_reduce_over_axis_0_of_nothing_is_tensorflows_nan(op, shape, dtype, reco
     want = np.asarray(rec["value"], np.float32).reshape(rec["shape"])
     assert got.shape == want.shape
     np.testing.assert_array_equal(got, want)  # NaN equals NaN here
+
+
+def test_a_distributed_value_says_which_form_it_holds():
+    # Intent: a PerReplica built from components holds COMPONENTS; handed to a program it keeps
+    # the global array assembled for it too (BOTH); a program's output holds the global array
+    # (GLOBAL) until its components are read (BOTH); inside a trace it is TRACED. The numbers
+    # are NumPy's at every step.
+    from strategax.trace.distributed_values import Form
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    comps = [np.array([1.0, 2.0], np.float32), np.array([3.0, 4.0], np.float32)]
+    x = sx.PerReplica(comps)
+    assert x.form is Form.COMPONENTS
+    seen = []
+
+    def double(v):
+        return v * 2.0
+
+    f = strategy.function(lambda v: (seen.append(v.form), strategy.run(double, args=(v,)))[1])
+    out = f(x)
+    assert seen == [Form.TRACED] and x.form is Form.BOTH
+    assert out.form is Form.GLOBAL
+    np.testing.assert_array_equal(np.stack([np.asarray(c) for c in out.values]), 2 * np.stack(comps))
+    assert out.form is Form.BOTH
