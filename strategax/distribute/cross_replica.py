@@ -89,7 +89,7 @@ def is_ragged(x: Any) -> bool:
     return True
 
 
-def host_components(x) -> list[np.ndarray]:
+def _host_components(x) -> list[np.ndarray]:
     """The components of `x`, on the host."""
     return [np.asarray(jax.device_get(c)) for c in x.values]
 
@@ -101,12 +101,18 @@ def ragged_as_batches(strategy, tree: Any) -> Any:
 
 def _ragged_as_batch(strategy, x):
     """`x` (differing only along axis 0) as a padded per-replica batch."""
-    comps = host_components(x)
+    comps = _host_components(x)
     if comps[0].ndim == 0 or len({c.shape[1:] for c in comps}) > 1:
+        axes = [k for k in range(1, comps[0].ndim) if len({c.shape[k] for c in comps}) > 1]
         raise DistributionValueError(
-            f"strategy.run of a PerReplica whose components differ in shape off the batch axis "
-            f"({[c.shape for c in comps]}): one compiled program runs every replica",
-            "give the components the same shape except along axis 0 (the rows), which may differ")
+            f"strategy.run of a PerReplica whose components differ in shape along axis "
+            f"{', '.join(map(str, axes)) or 0} ({[c.shape for c in comps]}): one compiled program runs every "
+            "replica, and strategax pads only axis 0 (the rows) of per-replica values (TensorFlow runs "
+            "each replica on its own shape)",
+            "give the components the same shape except along axis 0; strategy.gather(v, axis=k), "
+            "strategy.reduce(op, v, axis=k) and experimental_local_results take them as they are (outside "
+            "compiled functions), or pad them to one shape (jnp.pad) and pass the real extents as another "
+            "per-replica argument")
     if strategy._num_local_replicas != strategy.num_replicas_in_sync:
         raise DistributionValueError(
             "strategy.run of a PerReplica built by hand whose components differ in length, in a "
@@ -188,7 +194,7 @@ def _reduce_rows(op: ReduceOp, local):
 
 def _reduce_ragged(op: ReduceOp, x, axis: int | None):
     """SUM (or MEAN: the sum divided by the total length) of every component over `axis`."""
-    comps = host_components(x)
+    comps = _host_components(x)
     if axis is None:
         raise DistributionValueError(
             f"strategy.reduce without axis of a PerReplica whose components differ in shape "
@@ -276,7 +282,7 @@ def _gather_variable(strategy, axis: int) -> Callable:
 
 def _gather_ragged(x, axis: int):
     """Every replica's component concatenated along `axis`."""
-    comps = host_components(x)
+    comps = _host_components(x)
     axis = collectives.check_axis(axis, comps[0].ndim, "strategy.gather")
     _check_other_dims(comps, axis, "strategy.gather")
     return jnp.asarray(np.concatenate(comps, axis=axis))

@@ -21,8 +21,7 @@ from ..trace import StrategyFunction
 from ..trace.signature import check_input_signature, result_array
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key
-from ..trace.distributed_values import (PerReplica, is_distributed,
-                                        local_value, regroup)
+from ..trace.distributed_values import PerReplica, is_distributed, local_value, regroup
 from . import context, cross_replica
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
