@@ -36,12 +36,17 @@ SAVE_WAIT_S = 300.0  # how long a save waits for the other workers without Commu
 
 
 def _finish_async_saves() -> None:
-    """An async save still writing when the program ends is completed, not lost."""
+    """An async save still writing when the program ends is completed, not lost (Python 3.11;
+    from 3.12 Python lets no thread start while it shuts down, and orbax's last steps start
+    some: the save is then left unpublished, the previous checkpoint stays the latest, and
+    this says so)."""
     for ckpt in list(_in_flight):
         try:
             ckpt.sync()
         except Exception as e:  # noqa: BLE001 - report, never hang or mask the exit
-            print(f"strategax: an async checkpoint save failed: {e}", file=sys.stderr, flush=True)
+            hint = ("; Python 3.12+ starts no thread at exit: call manager.sync() (or checkpoint.sync()) "
+                    "before the program ends" if sys.version_info >= (3, 12) else "")
+            print(f"strategax: an async checkpoint save failed: {e}{hint}", file=sys.stderr, flush=True)
 
 
 @functools.cache
