@@ -15,7 +15,7 @@ import numpy as np
 from .. import _context
 from ..input.context import InputContext
 from ..trace.distributed_values import PerReplica, regroup
-from .strategy import ValueContext
+from .strategy import Strategy, ValueContext
 
 
 def _per_replica(strategy, pieces: list) -> Any:
@@ -50,8 +50,13 @@ class _WorkerFunctionDataset:
                 return
 
 
-class MultiWorkerInputMixin:
+class MultiWorkerInputMixin(Strategy):
     """experimental_distribute_dataset / distribute_datasets_from_function, per worker."""
+
+    # set by MultiWorkerMirroredStrategy: the worker runtime (None on one worker), the workers, this one
+    _runtime: Any
+    _num_workers: int
+    _worker_index: int
 
     def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
         """`dataset_fn(InputContext)` once for this worker; its elements go to this worker's replicas

@@ -6,6 +6,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax import core as jax_core
 import numpy as np
 
 from .. import _context
@@ -52,7 +53,7 @@ class ValueContext:
                 f"num_replicas_in_sync={self.num_replicas_in_sync})")
 
 
-_VALUE_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
+_VALUE_TYPES = (jax.Array, jax_core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
 
 
 def check_values(value: Any, api: str) -> None:
@@ -117,7 +118,7 @@ class Strategy(LogicalDevicesMixin):
     _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
     _communication_options = CommunicationOptions()  # the collectives' defaults (communication_options=)
 
-    def __init__(self, devices: Sequence[jax.Device]):
+    def __init__(self, devices: Sequence[jax.Device]):  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)

@@ -4,7 +4,7 @@ replicas, and replicas left without one when the data runs out get an empty (0-r
 (an unbatched dataset of scalars drops that last, incomplete step), as in TensorFlow."""
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator
 
 import jax
 import numpy as np
@@ -32,7 +32,7 @@ class DatasetsFromFunction(_Dataset):
     def _one_shot(self) -> bool:
         return is_one_shot(self._datasets[0])
 
-    def _produce(self) -> Iterator:
+    def _produce(self) -> Generator:
         mesh, n = self._strategy._mesh, self._strategy.num_replicas_in_sync
         it = host_iterator(self._datasets[0])
         treedef, rows = None, 0

@@ -76,6 +76,7 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
         arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
         out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
     else:
+        assert rows is not None, "counts come with rows"
         out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
     return jax.tree_util.tree_unflatten(treedef, out)
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jex
@@ -297,7 +298,7 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
         items.append(loop)
     new_types = plan.input_types
     fn = _evaluator(closed, items, plan)
-    avals = [*closed.in_avals, *(jax.core.ShapedArray(t.shape, t.dtype) for t in new_types)]
+    avals = [*closed.in_avals, *(jax_core.ShapedArray(t.shape, t.dtype) for t in new_types)]
     return jax.make_jaxpr(fn)(*avals), new_types, plan
 
 
@@ -395,5 +396,5 @@ def _step_slice(stacked, t):
 
 def _aval(loop: _LoopBody, p):
     if p == INDEX:
-        return jax.core.ShapedArray((), jnp.int32)
+        return jax_core.ShapedArray((), jnp.int32)
     return loop.body[p[0]].outvars[p[1]].aval

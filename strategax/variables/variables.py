@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import core as jax_core
 import numpy as np
 
 from .. import _context
@@ -49,7 +50,7 @@ def _initial_array(initial_value, dtype) -> jax.Array:
     _check_numeric(value, "a variable's initial value")
     with jax.ensure_compile_time_eval():
         array = jnp.asarray(value, dtype=dtype)
-    if isinstance(array, jax.core.Tracer):
+    if isinstance(array, jax_core.Tracer):
         raise DistributionValueError(
             "a variable's initial value depends on a traced value",
             "create variables from concrete values, outside the compiled function (or on its first call)")
