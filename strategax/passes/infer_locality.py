@@ -72,7 +72,7 @@ def _infer_regions(op: Operation) -> None:
         carries = new
 
 
-def _loop_carries(op: Operation) -> list[Locality] | None:
+def _loop_carries(op: Operation) -> list[Locality | None] | None:
     if op.name == "jax.while":
         return [v.type.locality for v in op.regions[1].results]
     if op.name == "jax.scan":

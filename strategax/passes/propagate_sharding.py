@@ -89,7 +89,7 @@ class _Propagator:
             self.set_dims(dst, tuple(d[p] for p in perm))
         d = _dims(dst)
         if d is not None:
-            back = [()] * len(src.type.shape)
+            back: list[tuple[str, ...]] = [()] * len(src.type.shape)
             for i, p in enumerate(perm):
                 back[p] = d[i]
             self.set_dims(src, tuple(back))
@@ -101,8 +101,8 @@ class _Propagator:
         rfree = [i for i in range(len(rhs.type.shape)) if i not in rc and i not in rb]
         ld, rd, od = _dims(lhs), _dims(rhs), _dims(op.result)
         if ld is not None or rd is not None:
-            ld2 = ld or ((),) * len(lhs.type.shape)
-            rd2 = rd or ((),) * len(rhs.type.shape)
+            ld2: Dims = ld or ((),) * len(lhs.type.shape)
+            rd2: Dims = rd or ((),) * len(rhs.type.shape)
             out = [ld2[a] or rd2[b] for a, b in zip(lb, rb)] + [ld2[i] for i in lfree] + [rd2[i] for i in rfree]
             self.set_dims(op.result, tuple(out))
             od = _dims(op.result)
@@ -111,7 +111,7 @@ class _Propagator:
         nb = len(lb)
         for v, batch, contract, free, other, ocontract, offset in (
                 (lhs, lb, lc, lfree, rd, rc, nb), (rhs, rb, rc, rfree, ld, lc, nb + len(lfree))):
-            dims = [()] * len(v.type.shape)
+            dims: list[tuple[str, ...]] = [()] * len(v.type.shape)
             for k, i in enumerate(batch):
                 dims[i] = od[k]
             for k, i in enumerate(free):
@@ -131,7 +131,7 @@ class _Propagator:
             self.set_dims(dst, tuple(d[i] for i in kept))
         d = _dims(dst)
         if d is not None and len(d) == len(kept):
-            back = [()] * len(src.type.shape)
+            back: list[tuple[str, ...]] = [()] * len(src.type.shape)
             for k, i in enumerate(kept):
                 back[i] = d[k]
             self.set_dims(src, tuple(back))
@@ -141,7 +141,7 @@ class _Propagator:
         bdims = op.attrs["broadcast_dimensions"]
         d = _dims(src)
         if d is not None:
-            out = [()] * len(dst.type.shape)
+            out: list[tuple[str, ...]] = [()] * len(dst.type.shape)
             for i, j in enumerate(bdims):
                 if src.type.shape[i] == dst.type.shape[j]:
                     out[j] = d[i]
@@ -157,7 +157,7 @@ class _Propagator:
             d = _dims(a)
             if d is None:
                 continue
-            out = [()] * len(b.type.shape)
+            out: list[tuple[str, ...]] = [()] * len(b.type.shape)
             for i, axes in enumerate(d):
                 if not axes:
                     continue

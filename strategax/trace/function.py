@@ -16,7 +16,7 @@ import numpy as np
 from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionTypeError, DistributionValueError, _is_internal
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -41,7 +41,7 @@ class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
-                 out_plan: list, strategy, variables: list = (), inputs=None):
+                 out_plan: list, strategy, variables: Sequence = (), inputs=None):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
@@ -54,7 +54,7 @@ class _Compiled:
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
         self.variables = list(variables)
-        self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
+        self.memory: MemoryStats | None = None  # once asked for (it needs XLA's compilation)
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -83,6 +83,7 @@ class _Compiled:
     def take_inputs(self, sig: Signature) -> list:
         """The batches this call takes from its iterator arguments, taken once per call."""
         if sig.inputs is None:
+            assert self.inputs is not None, "a signature with iterator arguments has an input plan"
             sig.inputs = self.inputs.pull(sig.leaves, self.in_layouts[len(self.dynamic):])
         return sig.inputs
 
@@ -146,7 +147,7 @@ class StrategyFunction:
     `reduce_retracing=True` Python ints, floats and complexes are traced inputs, not constants."""
 
     def __init__(self, strategy, fn: Callable, name: str | None = None, *, reduce_retracing: bool = False,
-                 origin: Callable | None = None, parts: list = (), detector: retracing.Detector | None = None,
+                 origin: Callable | None = None, parts: Sequence = (), detector: retracing.Detector | None = None,
                  input_signature=None):
         self._strategy, self._fn = strategy, fn
         self._input_signature = None if input_signature is None else tuple(input_signature)
@@ -344,7 +345,11 @@ class StrategyFunction:
 
     def hlo(self, *args, **kwargs) -> str:
         """The optimised HLO text XLA compiled (what actually runs)."""
-        return self.lowered(*args, **kwargs).compile().as_text()
+        text = self.lowered(*args, **kwargs).compile().as_text()
+        if text is None:  # JAX: "unavailable, e.g. based on backend, compiler, or runtime"
+            raise DistributionRuntimeError("this backend keeps no HLO text of the compiled program",
+                                           "read the program before XLA's optimisations: f.stablehlo(...)")
+        return text
 
     def stats(self, *args, **kwargs) -> StepStats:
         """Collectives per step (count, bytes moved per replica, each one's reason and line) and
@@ -368,8 +373,9 @@ class StrategyFunction:
         compiled, global_args = self._lowering_args(args, kwargs)
         if compiled.memory is None:
             lowered = compiled.executable.lower(*global_args)
-            compiled.memory = memory_stats(lowered.compile().memory_analysis(),
-                                           compiled.executable.in_layouts, compiled.variables)
+            compiled.memory = memory = memory_stats(lowered.compile().memory_analysis(),
+                                                    compiled.executable.in_layouts, compiled.variables)
+            return memory
         return compiled.memory
 
     def __repr__(self) -> str:

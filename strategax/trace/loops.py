@@ -65,8 +65,8 @@ class range:  # noqa: A001,N801 - `sx.range`, like `tf.range`
         return f"sx.range({self.start}, {self.stop}, {self.step})"
 
     def _python_range(self) -> builtins.range | None:
-        bounds = [_static_int(x) for x in (self.start, self.stop, self.step)]
-        return None if None in bounds else builtins.range(*bounds)
+        start, stop, step = (_static_int(x) for x in (self.start, self.stop, self.step))
+        return None if start is None or stop is None or step is None else builtins.range(start, stop, step)
 
     def __iter__(self) -> Iterator:
         python = self._python_range()

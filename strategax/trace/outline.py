@@ -197,8 +197,8 @@ def _analyse(eqns, span: _Span, later: Sequence, outer_same: Callable) -> _LoopB
             f"the body of the sx.range loop at {_at(eqns[span.begin])} traces differently in its "
             f"first two steps ({len(first_it)} vs {len(second_it)} operations)", _STATE_FIX,
             location=_where(eqns[span.begin]))
-    first = {eqns[span.begin].outvars[0]: INDEX}
-    second = {eqns[span.next].outvars[0]: INDEX}
+    first: dict = {eqns[span.begin].outvars[0]: INDEX}
+    second: dict = {eqns[span.next].outvars[0]: INDEX}
     for j, (e1, e2) in enumerate(zip(first_it, second_it)):
         for k, (v1, v2) in enumerate(zip(e1.outvars, e2.outvars)):
             first[v1], second[v2] = (j, k), (j, k)
@@ -303,7 +303,9 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
 
 
 def _site(eqn, inputs: TraceInputs) -> Site:
-    return Site(eqn.params["iterator"], inputs.spec(eqn.params["iterator"]), _at(eqn))
+    spec = inputs.spec(eqn.params["iterator"])
+    assert spec is not None, "take() raised OutOfRangeError for an exhausted iterator"
+    return Site(eqn.params["iterator"], spec, _at(eqn))
 
 
 def _static_trip_count(begin) -> int | None:
@@ -366,7 +368,7 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
             t, carried = state[0], dict(zip(loop.carries, state[1:]))
             local = _Env(env)
             local[index_var] = start + t * step
-            produced = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
+            produced: dict = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
             takes = iter(stacked)
             for j, eqn in enumerate(loop.body):
                 ins = [v.val if isinstance(v, jex.Literal) else

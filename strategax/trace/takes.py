@@ -73,9 +73,10 @@ def _rows(leaves: list) -> int | None:
     return leaves[0]._rows if padded else None
 
 
-def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array]:
+def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array] | None:
     """The global arrays of an element, as `spec.input_types` lists them (the key the spec of
-    `element` would have is checked on the way: one flattening per batch a call takes)."""
+    `element` would have is checked on the way: one flattening per batch a call takes); None when
+    it differs."""
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     key = spec.key
     if treedef != key[0] or _rows(leaves) != key[2] or len(leaves) != len(key[1]) or any(
@@ -110,7 +111,7 @@ def take(iterator) -> Any:
     """`next(iterator)` while a strategy.function is traced: the element as traced values."""
     inputs = _context.inputs()
     index = None if inputs is None else inputs.index(iterator)
-    if index is None:
+    if inputs is None or index is None:
         raise DistributionTypeError(
             "next() on a distributed iterator that is not an argument of the strategy.function "
             "being traced", "pass the iterator to the function as an argument, as in TensorFlow: "

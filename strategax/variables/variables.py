@@ -75,15 +75,17 @@ class Variable:
 
     _is_variable = True
     _local = _global = None  # never a traced or program-output distributed value
+    _optimizer_state = False  # an optimizer's slot or counter: f.stats().memory counts it as such
     _strategax_key_by_identity = True  # read at run time: an eager run's function may capture it (fn_key)
 
     def __new__(cls, *args, **kwargs):
+        kind: type[Variable] = cls
         if cls is Variable:
             strategy = _context.strategy() if _context.has_strategy() else None
             if strategy is not None:
                 sync = parse_sync(kwargs.get("synchronization", VariableSynchronization.AUTO))
-                cls = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
-        return super().__new__(cls)
+                kind = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
+        return object.__new__(kind)
 
     def __init__(self, initial_value, trainable: bool | None = None, name: str | None = None,
                  dtype=None, synchronization=VariableSynchronization.AUTO,
@@ -333,6 +335,7 @@ class SyncOnReadVariable(_DistributedVariable):
 
     def _cross_replica_value(self, kind: str, value):
         if kind == "assign" and self._aggregation is VariableAggregation.SUM:
+            assert self._strategy is not None, "a sync-on-read variable is made in a strategy's scope"
             n = self._strategy.num_replicas_in_sync
             return (value / n).astype(self._dtype)
         return value
