@@ -57,7 +57,7 @@ class _Rows:
         self.parent: dict[tuple[Value, int], tuple[Value, int]] = {}
         self.count: dict[tuple[Value, int], Value] = {}
 
-    def find(self, k):
+    def find(self, k: tuple[Value, int]) -> tuple[Value, int]:
         root = k
         while self.parent.get(root, root) != root:
             root = self.parent[root]

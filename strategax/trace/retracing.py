@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 
@@ -100,7 +100,7 @@ def leaf_names(fn: Callable, treedef, count: int) -> list[str]:
     return names
 
 
-def _show(item: tuple) -> str:
+def _show(item: Sequence) -> str:
     """An entry of the cache key, in words."""
     kind = item[0]
     if kind == STATIC:
@@ -121,7 +121,7 @@ def _show(item: tuple) -> str:
     return repr(item)[:80]
 
 
-def _show_part(key: tuple) -> str:
+def _show_part(key: Sequence) -> str:
     if key[0] in ("id", "mutable"):
         return "another object"
     if key[0] == "fn":

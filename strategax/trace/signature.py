@@ -131,7 +131,8 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             key.append(("I", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
-                return signature(*_expand((args, kwargs)), num_replicas, num_local, trace_scalars)
+                args, kwargs = _expand((args, kwargs))
+                return signature(args, kwargs, num_replicas, num_local, trace_scalars)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
