@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from ..trace.fn_key import function_key, named_parts
 from ..trace.retracing import Detector
 from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
                                         local_value, regroup)
+from ..variables import MirroredVariable
 from . import context, ragged
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
@@ -81,8 +82,8 @@ def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
 
 
-def _is_mirrored_variable(x) -> bool:
-    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
+def _is_mirrored_variable(x) -> TypeGuard[MirroredVariable]:
+    return isinstance(x, MirroredVariable)
 
 
 class StrategyScope:

@@ -27,7 +27,12 @@ def _dims(v: Value) -> Dims | None:
     s = v.type.sharding
     if s is None or s.kind == "device":
         return None
-    return s.axes if s.kind == "split" else ((),) * len(v.type.shape)
+    return s.axes if s.kind == "split" else _unsplit(v)
+
+
+def _unsplit(v: Value) -> Dims:
+    """No axes on any dimension of `v` (replicated)."""
+    return ((),) * len(v.type.shape)
 
 
 class _Propagator:
@@ -101,8 +106,8 @@ class _Propagator:
         rfree = [i for i in range(len(rhs.type.shape)) if i not in rc and i not in rb]
         ld, rd, od = _dims(lhs), _dims(rhs), _dims(op.result)
         if ld is not None or rd is not None:
-            ld2: Dims = ld or ((),) * len(lhs.type.shape)
-            rd2: Dims = rd or ((),) * len(rhs.type.shape)
+            ld2 = ld or _unsplit(lhs)
+            rd2 = rd or _unsplit(rhs)
             out = [ld2[a] or rd2[b] for a, b in zip(lb, rb)] + [ld2[i] for i in lfree] + [rd2[i] for i in rfree]
             self.set_dims(op.result, tuple(out))
             od = _dims(op.result)

@@ -62,15 +62,16 @@ class DistributedValues:
     @property
     def values(self) -> tuple:
         """The per-replica components, in replica order."""
-        if self._values is None:
+        values = self._values
+        if values is None:
             if self._local is not None:
                 raise DistributionValueError(
                     "the components of a distributed value are not available while tracing",
                     "use strategy.experimental_local_results(value), or return the value")
             assert self._global is not None, "a distributed value holds components, a global array or a tracer"
             array, layout = self._global
-            self._values = layout.components(array)
-        return self._values
+            values = self._values = layout.components(array)
+        return values
 
     @property
     def _num_components(self) -> int:

@@ -82,10 +82,11 @@ class _Compiled:
 
     def take_inputs(self, sig: Signature) -> list:
         """The batches this call takes from its iterator arguments, taken once per call."""
-        if sig.inputs is None:
+        inputs = sig.inputs
+        if inputs is None:
             assert self.inputs is not None, "a signature with iterator arguments has an input plan"
-            sig.inputs = self.inputs.pull(sig.leaves, self.in_layouts[len(self.dynamic):])
-        return sig.inputs
+            inputs = sig.inputs = self.inputs.pull(sig.leaves, self.in_layouts[len(self.dynamic):])
+        return inputs
 
     def __call__(self, sig: Signature):
         outs = self.strategy._execute(self.executable, self.global_args(sig))

@@ -135,13 +135,14 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
                 return signature(args, kwargs, num_replicas, num_local, trace_scalars)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
-            if batch is None and isinstance(x, PerReplicaBatch):
-                batch = x
-            elif isinstance(x, PerReplicaBatch) and (x._counts != batch._counts or x._rows != batch._rows):
-                raise DistributionValueError(
-                    f"two padded batches with different real row counts ({list(batch._counts)} and "
-                    f"{list(x._counts)}) are passed to one call; the program sees one row count",
-                    "pass the leaves of one batch (one dataset element) per call")
+            if isinstance(x, PerReplicaBatch):
+                if batch is None:
+                    batch = x
+                elif x._counts != batch._counts or x._rows != batch._rows:
+                    raise DistributionValueError(
+                        f"two padded batches with different real row counts ({list(batch._counts)} and "
+                        f"{list(x._counts)}) are passed to one call; the program sees one row count",
+                        "pass the leaves of one batch (one dataset element) per call")
         elif isinstance(x, ARRAY_TYPES):
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))

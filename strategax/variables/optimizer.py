@@ -172,9 +172,9 @@ class Optimizer:
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         entry = _context.current()
         strategy = _context.strategy()
-        in_replica = entry is not None and entry.replica_context is not None
-        if in_replica and entry is not None and _context.is_tracing() and _context.has_strategy():
-            return entry.replica_context._merge_anywhere(
+        replica_context = entry.replica_context if entry is not None else None
+        if replica_context is not None and _context.is_tracing() and _context.has_strategy():
+            return replica_context._merge_anywhere(
                 self._merge_apply, args=(grads,), kwargs={"variables": variables, "options": options})
         return self._apply(strategy, [self._reduced(g) for g in grads], variables,
                            cross_replica=_context.has_strategy())
