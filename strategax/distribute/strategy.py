@@ -6,8 +6,8 @@ from typing import Any, Callable, Sequence, TypeGuard
 
 import jax
 import jax.numpy as jnp
-from jax import core as jax_core
 import numpy as np
+from jax import core as jax_core
 
 from .. import _context
 from ..backends import make_mesh

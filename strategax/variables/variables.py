@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax import core as jax_core
 import numpy as np
+from jax import core as jax_core
 
 from .. import _context
 from ..dialects import variables as var_ops
