@@ -27,7 +27,7 @@ class _State(threading.local):
         self.depth = 0  # strategax traces in progress
         self.sessions: list[Any] = []  # the variable session of each trace in progress
         self.batches: list[tuple[Any, int | None]] = []  # (real row count, padded rows) per trace
-        self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.takes)
+        self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.batches.takes)
 
 
 _state = _State()
@@ -141,5 +141,5 @@ def set_batch(batch: tuple[Any, int | None]) -> None:
 
 
 def inputs() -> Any:
-    """The input iterators of the innermost trace (`trace.takes.TraceInputs`), or None."""
+    """The input iterators of the innermost trace (`trace.batches.TraceInputs`), or None."""
     return _state.inputs[-1] if _state.inputs else None

@@ -249,8 +249,9 @@ def test_break_inside_sx_range_raises():
 
 
 def test_iterator_misuse_inside_a_function_raises():
-    # Intent: an iterator captured by closure, iterated whole, or read in a loop whose trip
-    # count is traced cannot be a fixed set of program inputs: each raises with the fix.
+    # Intent: an iterator captured by closure, iterated whole into a Python list (every step's
+    # value kept: a loop keeps only the last step's), or read in a loop whose trip count is
+    # traced cannot be a fixed set of program inputs: each raises with the fix.
     st = st2()
     iterator = iter(st.experimental_distribute_dataset([np.ones((4, 2), np.float32)] * 3))
     line = here() + 2
@@ -262,7 +263,7 @@ def test_iterator_misuse_inside_a_function_raises():
     line = here() + 2
     def whole(it):
         return [x for x in it]
-    with pytest.raises(TypeError) as err:
+    with pytest.raises(sx.DistributionValueError, match="kept in a Python list") as err:
         st.function(whole)(iterator)
     assert_names_this_line(err, line)
     line = here() + 2

@@ -186,6 +186,8 @@ def test_a_resolver_without_a_task_index_is_a_named_error():
      "cluster.worker[1] and TF_CONFIG cluster.worker[0] have the same address"),
     ({"cluster": {"chief": ["a:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}},
      "cluster.worker[0] and TF_CONFIG cluster.chief[0] have the same address"),
+    ({"cluster": {"worker": ["localhost:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[1] and TF_CONFIG cluster.worker[0] have the same address"),
     ({"cluster": {"worker": {"0": "a:1", "x": "b:2"}}, "task": {"type": "worker", "index": 0}},
      "cluster.worker has the task key 'x', which is not a task index"),
     ({"cluster": {"worker": {"0": "a:1", "-1": "b:2"}}, "task": {"type": "worker", "index": 0}}, "task key '-1'"),
@@ -196,7 +198,7 @@ def test_a_resolver_without_a_task_index_is_a_named_error():
     ("[" * 100000 + "]" * 100000, "nests more than 16 levels"),
 ], ids=["json", "not-object", "no-task", "no-index", "index-too-big", "index-negative", "unknown-type",
         "index-string", "job-not-list", "bad-address", "port-not-number", "port-too-big", "port-zero", "no-host",
-        "ipv6-without-brackets", "duplicate-address", "duplicate-across-jobs", "key-not-integer",
+        "ipv6-without-brackets", "duplicate-address", "duplicate-across-jobs", "duplicate-loopback", "key-not-integer",
         "key-negative", "key-twice", "index-not-a-task", "deep-json"])
 def test_malformed_tf_config_is_rejected_clearly(monkeypatch, config, words):
     set_tf_config(monkeypatch, config)

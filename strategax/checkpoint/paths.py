@@ -20,6 +20,7 @@ import socket
 import uuid
 
 from ..errors import CheckpointError, DistributionTypeError
+from . import storage
 
 NUMBERED = re.compile(r"(?P<name>[^.].*)-(?P<number>\d+)\Z")
 CLAIM, NEW, TRASH = ".sx-claim-", ".sx-new-", ".sx-trash-"
@@ -27,8 +28,9 @@ OWNER = "owner"
 
 
 def is_checkpoint(path: str) -> bool:
-    """Whether `path` is one (orbax) checkpoint folder rather than a folder of them."""
-    return os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA"))
+    """Whether `path` is one checkpoint folder (orbax's, or a reference to another worker's)
+    rather than a folder of them."""
+    return os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA")) or storage.reference(path) is not None
 
 
 def resolve(target: str) -> tuple[str, str]:

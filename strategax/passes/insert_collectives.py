@@ -28,18 +28,19 @@ def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
 
 
 def _aggregation(op: Operation, decls: dict) -> tuple[str, str, str] | None:
-    """(aggregation, "update" or "read", the variable) when TensorFlow's rules put a collective at `op`."""
+    """(aggregation, "update" or "read", variable name) when TensorFlow's rules put a collective
+    at `op`."""
     var = variable_of(op)
     decl = decls.get(var.name) if var is not None else None
-    if var is None or decl is None or op.attrs.get("reduced"):
+    if decl is None or op.attrs.get("reduced"):
         return None
     sync, agg = decl.attrs.get("sync"), decl.attrs.get("agg")
     if agg not in ("sum", "mean", "only_first_replica"):
         return None
     if op.name in UPDATES and op.attrs["ctx"] == "replica" and sync == "on_write":
-        return agg, "update", var.name
+        return agg, "update", decl.name
     if op.name == "sx.var_read" and op.attrs["ctx"] == "cross_replica" and sync == "on_read":
-        return agg, "read", var.name
+        return agg, "read", decl.name
     return None
 
 

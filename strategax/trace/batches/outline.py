@@ -14,29 +14,31 @@ iterations between `sx.loop_mark` equations (`loops.py`), and each `next(iterato
   `n` elements' inputs stacked inside the program and indexed by the step counter, plus the
   loop's step count (an input: fewer when the iterator runs out), which ends the loop.
 
-Whatever cannot be a loop raises with the user's line: a body that traces differently in
-its two iterations (Python state changing per step), a value kept from an earlier iteration
-(a Python list of per-step results), `break`, nested `sx.range` loops, a traced trip count
-for a body that takes batches, a take or loop inside a JAX transformation.
+A `for x in dataset` loop (`takes.whole_loop`) that Python left before its end (`break`)
+ran its steps as plain steps: its markers are dropped and its takes are single takes.
+Whatever else cannot be a loop raises with the user's line: a body that traces differently
+in its two iterations (Python state changing per step), a value kept from an earlier
+iteration (a Python list of per-step results), `break` out of an `sx.range` loop, nested
+loops, a traced trip count for a body that takes batches, a take or loop inside a JAX
+transformation.
 """
 from __future__ import annotations
 
 import builtins
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import core as jax_core
 from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jex
 
-from ..errors import DistributionTypeError, DistributionValueError
-from ..ir import TensorType
-from .importer import location_of
+from ...errors import DistributionTypeError, DistributionValueError
+from ...ir import TensorType
+from ..importer import location_of
 from .loops import BEGIN, END, NEXT, loop_mark_p
 from .takes import InputPlan, Loop, Site, TraceInputs, take_p
 
@@ -151,18 +153,29 @@ class _LoopBody:
     takes: list  # the body's take equations
 
 
-def _spans(eqns) -> list[int | _Span]:
-    """Top-level equation indices, with each `sx.range` loop as one _Span."""
+def _left_early(eqns, whole_loops: set) -> set:
+    """The `for x in dataset` loops that Python left before their end (a `break`, or `next()`
+    on an explicit `iter(dataset)`): the steps it ran are plain steps, their markers dropped."""
+    ended = {e.params["loop"] for e in eqns if _kind(e) == END}
+    return {e.params["loop"] for e in eqns if _kind(e) == BEGIN and e.params["loop"] in whole_loops
+            and e.params["loop"] not in ended}
+
+
+def _spans(eqns, unrolled: AbstractSet[int] = frozenset()) -> list[int | _Span]:
+    """Top-level equation indices, with each `sx.range` loop as one _Span (the markers of the
+    `unrolled` loops stay plain indices)."""
     out: list[int | _Span] = []
     i = 0
     while i < len(eqns):
-        if _kind(eqns[i]) != BEGIN:
+        if _kind(eqns[i]) != BEGIN or eqns[i].params["loop"] in unrolled:
             out.append(i)
             i += 1
             continue
         loop, marks = eqns[i].params["loop"], {}
         for j in builtins.range(i + 1, len(eqns)):
             kind = _kind(eqns[j])
+            if kind in (BEGIN, NEXT) and eqns[j].params["loop"] in unrolled:
+                continue
             if kind in (BEGIN, NEXT, END) and eqns[j].params["loop"] != loop:
                 raise DistributionTypeError(
                     f"an sx.range loop at {_at(eqns[j])} runs inside the sx.range loop at "
@@ -197,8 +210,8 @@ def _analyse(eqns, span: _Span, later: Sequence, outer_same: Callable) -> _LoopB
             f"the body of the sx.range loop at {_at(eqns[span.begin])} traces differently in its "
             f"first two steps ({len(first_it)} vs {len(second_it)} operations)", _STATE_FIX,
             location=_where(eqns[span.begin]))
-    first: dict = {eqns[span.begin].outvars[0]: INDEX}
-    second: dict = {eqns[span.next].outvars[0]: INDEX}
+    first = {eqns[span.begin].outvars[0]: INDEX}
+    second = {eqns[span.next].outvars[0]: INDEX}
     for j, (e1, e2) in enumerate(zip(first_it, second_it)):
         for k, (v1, v2) in enumerate(zip(e1.outvars, e2.outvars)):
             first[v1], second[v2] = (j, k), (j, k)
@@ -279,7 +292,7 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
 
     items: list[int | _LoopBody] = []
     plan = InputPlan()
-    for item in _spans(jaxpr.eqns):
+    for item in _spans(jaxpr.eqns, _left_early(jaxpr.eqns, inputs.whole_loops)):
         if isinstance(item, int):
             if _kind(jaxpr.eqns[item]) == "take":
                 plan.segments.append(_site(jaxpr.eqns[item], inputs))
@@ -298,14 +311,12 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
         items.append(loop)
     new_types = plan.input_types
     fn = _evaluator(closed, items, plan)
-    avals = [*closed.in_avals, *(jax_core.ShapedArray(t.shape, t.dtype) for t in new_types)]
+    avals = [*closed.in_avals, *(jax.core.ShapedArray(t.shape, t.dtype) for t in new_types)]
     return jax.make_jaxpr(fn)(*avals), new_types, plan
 
 
 def _site(eqn, inputs: TraceInputs) -> Site:
-    spec = inputs.spec(eqn.params["iterator"])
-    assert spec is not None, "take() raised OutOfRangeError for an exhausted iterator"
-    return Site(eqn.params["iterator"], spec, _at(eqn))
+    return Site(eqn.params["stream"], inputs.spec(eqn.params["stream"]), _at(eqn))
 
 
 def _static_trip_count(begin) -> int | None:
@@ -332,8 +343,13 @@ def _evaluator(closed, items: list, plan: InputPlan) -> Callable:
         for item in items:
             if isinstance(item, int):
                 eqn = jaxpr.eqns[item]
-                outs = ([next(extra) for _ in eqn.outvars] if _kind(eqn) == "take"
-                        else _bind(eqn, [env.read(v) for v in eqn.invars]))
+                kind = _kind(eqn)
+                if kind == "take":
+                    outs = [next(extra) for _ in eqn.outvars]
+                elif kind is not None:  # a marker of a loop left early: its steps run as they are
+                    outs = [jnp.int32(0) for _ in eqn.outvars]
+                else:
+                    outs = _bind(eqn, [env.read(v) for v in eqn.invars])
                 env.update(zip(eqn.outvars, outs))
             else:
                 _run_loop(jaxpr.eqns, item, env, extra, next(loops) if item.takes else None)
@@ -368,7 +384,7 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
             t, carried = state[0], dict(zip(loop.carries, state[1:]))
             local = _Env(env)
             local[index_var] = start + t * step
-            produced: dict = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
+            produced = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
             takes = iter(stacked)
             for j, eqn in enumerate(loop.body):
                 ins = [v.val if isinstance(v, jex.Literal) else
@@ -398,5 +414,5 @@ def _step_slice(stacked, t):
 
 def _aval(loop: _LoopBody, p):
     if p == INDEX:
-        return jax_core.ShapedArray((), jnp.int32)
+        return jax.core.ShapedArray((), jnp.int32)
     return loop.body[p[0]].outvars[p[1]].aval
