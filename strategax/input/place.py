@@ -118,6 +118,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
         return jax.tree_util.tree_unflatten(treedef, [PerReplica._from_global(lay.assemble(leaf), lay)
                                                       for leaf, lay in zip(hosts, lays)])
+    assert rows is not None, "counts come with rows"
     count_value = place_counts(mesh, counts)
     out = []
     for leaf in pieces:
