@@ -108,6 +108,11 @@ class Variable:
                 "a variable was created in replica context (inside the function given to strategy.run)",
                 "create variables in `with strategy.scope():` outside run (or in a merge_call)")
         self._strategy = _context.strategy() if _context.has_strategy() else None
+        if self._strategy is None and isinstance(self, _DistributedVariable):  # it would have no replicas
+            raise DistributionRuntimeError(
+                f"sx.{type(self).__name__} was created outside a strategy's scope",
+                "create sx.Variable(...) in `with strategy.scope():`, where it becomes a mirrored or "
+                "sync-on-read variable (outside any scope it is a plain single-device variable)")
         check_type(name, str, "a variable's name", "pass a string name, e.g. name='kernel'", allow_none=True)
         check_type(trainable, bool, "trainable", "pass trainable=True or False", allow_none=True)
         self._sync = parse_sync(synchronization)
