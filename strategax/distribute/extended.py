@@ -172,7 +172,7 @@ class StrategyExtended:
                 continue
             out.append(Mirrored._traced(collectives.all_reduce(
                 local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack,
-                compression=compression)))
+                compression=compression, carries="gradient")))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any):
