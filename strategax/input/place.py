@@ -129,6 +129,15 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def place_ragged(devices, pieces: list[list[np.ndarray]], treedef) -> Any:
+    """Per-replica pieces (`pieces[leaf][replica]`) whose shapes differ beyond the row axis, as
+    plain PerReplica values of one component per device (no padded batch: `gather` and
+    `reduce(axis=...)` combine them outside compiled functions, as `experimental_distribute_values_from_function`'s)."""
+    out = [PerReplica([jax.device_put(_canonical(np.asarray(p)), d) for p, d in zip(leaf, devices)])
+           for leaf in pieces]
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
 _COUNTS: dict = {}  # (mesh, counts) -> placed counts: full batches reuse one (immutable) array
 
 

@@ -259,8 +259,23 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
                 "give every replica a value of the same structure")
         shapes = {(np.shape(c), str(c.dtype if hasattr(c, 'dtype') else np.result_type(c))) for c in comps}
         if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
-            raise DistributionValueError(
-                f"the components of this {type(value).__name__} differ in shape or dtype: "
-                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype; components of "
-                "different lengths work outside compiled functions (strategy.run pads them, gather and "
-                "reduce(axis=...) combine them)")
+            raise _differing_components_error(type(value).__name__, comps, shapes)
+
+
+def _differing_components_error(kind: str, comps, shapes) -> DistributionValueError:
+    """The error for components of different shapes in a compiled function, naming the axes."""
+    dims = {np.ndim(c) for c in comps}
+    if len({d for _, d in shapes}) > 1 or len(dims) > 1:
+        return DistributionValueError(
+            f"the components of this {kind} differ in rank or dtype: {sorted(map(str, shapes))}",
+            "give every replica an array of the same rank and dtype")
+    axes = [k for k in range(dims.pop()) if len({np.shape(c)[k] for c in comps}) > 1]
+    return DistributionValueError(
+        f"the components of this {kind} differ in shape along axis {', '.join(map(str, axes))} "
+        f"({[tuple(np.shape(c)) for c in comps]}), and a compiled function takes per-replica values of one "
+        "shape: strategax pads only an input batch's rows (axis 0 of a distributed dataset's batches), "
+        "not a PerReplica built by hand nor any other axis",
+        "outside the compiled function, strategy.gather(v, axis=k), strategy.reduce(op, v, axis=k) and "
+        "experimental_local_results combine such values as TensorFlow does (and eager strategy.run pads "
+        "components that differ along axis 0 only); to compute on them inside, pad them to one shape "
+        "(jnp.pad) and pass the real extents as another per-replica argument")
