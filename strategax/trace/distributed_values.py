@@ -6,7 +6,7 @@ shards, made on first use). Inside a trace it holds the local (this replica's) t
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Self, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,10 @@ class DistributedValues:
     """Base class: a value per replica. Not an array: reduce it or take its local results."""
 
     _kind = "DistributedValues"
+    _values: tuple | None  # the components, or None: not made yet (a program's output) or traced
+    _global: tuple[jax.Array, Any] | None  # (global jax.Array, layout) when made from a program's output
+    _local: Any  # the local tracer while tracing, else None
+    _identical: bool | None = None  # components_identical's answer, once asked
 
     def __init__(self, values: Sequence[Any]):
         if not isinstance(values, (list, tuple)):
@@ -38,19 +42,19 @@ class DistributedValues:
                 f"component {missing[0]} of this {type(self).__name__} is None (TensorFlow keeps it and "
                 "fails later, or hands None to the replica)", "give every replica a value (an array or a "
                 "pytree of arrays)")
-        self._values: tuple | None = values
+        self._values = values
         self._global = None  # (global jax.Array, layout) when made from a program's output
         self._local = None  # the local tracer while tracing
 
     # --- construction from a program's outputs or a trace ------------------------------
     @classmethod
-    def _from_global(cls, array: jax.Array, layout) -> "DistributedValues":
+    def _from_global(cls, array: jax.Array, layout) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, (array, layout), None
         return self
 
     @classmethod
-    def _traced(cls, local) -> "DistributedValues":
+    def _traced(cls, local) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, None, local
         return self
@@ -58,14 +62,16 @@ class DistributedValues:
     @property
     def values(self) -> tuple:
         """The per-replica components, in replica order."""
-        if self._values is None:
+        values = self._values
+        if values is None:
             if self._local is not None:
                 raise DistributionValueError(
                     "the components of a distributed value are not available while tracing",
                     "use strategy.experimental_local_results(value), or return the value")
+            assert self._global is not None, "a distributed value holds components, a global array or a tracer"
             array, layout = self._global
-            self._values = layout.components(array)
-        return self._values
+            values = self._values = layout.components(array)
+        return values
 
     @property
     def _num_components(self) -> int:
@@ -145,6 +151,9 @@ class PerReplicaBatch(PerReplica):
     rows, as TensorFlow does; the compiled program sees the padded ones plus the counts."""
 
     _kind = "PerReplica"
+    _counts: tuple  # every replica's real row count
+    _rows: int  # the padded row count of every replica's component
+    _count_value: Any  # the counts as a per-replica int32 scalar (the program's hidden input)
 
     @classmethod
     def _from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
@@ -153,10 +162,17 @@ class PerReplicaBatch(PerReplica):
         return self
 
     @property
+    def _ndim(self) -> int:
+        """The number of dimensions of each (padded) component."""
+        assert self._global is not None, "a batch is made from a global array"
+        return len(self._global[1].type.shape)
+
+    @property
     def values(self) -> tuple:
-        padded = PerReplica.values.fget(self)
+        padded = super().values
         counts = self._counts  # every replica's; a multi-worker process holds only its own replicas
         if len(padded) != len(counts):
+            assert self._global is not None, "a batch is made from a global array"
             counts = [counts[i] for i in self._global[1].local_replica_ids]
         return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, counts))
 
@@ -165,10 +181,10 @@ def components_identical(x: DistributedValues) -> bool:
     """Whether a value built from components (not a program's output) has the same value in
     every component (checked once, on the host): a `Mirrored` built from differing components
     gives replica i component i, as in TensorFlow."""
-    known = getattr(x, "_identical", None)
+    known = x._identical
     if known is None:
-        comps = x._values
-        first = np.asarray(comps[0]) if comps else None
+        comps = x.values
+        first = np.asarray(comps[0])  # a distributed value has at least one component
         known = all(c is comps[0] or (np.shape(c) == first.shape and np.array_equal(np.asarray(c), first))
                     for c in comps[1:])
         x._identical = known
