@@ -17,7 +17,7 @@ without axis, pieces that do not line up) it raises, as TensorFlow does.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,7 @@ from ..trace.distributed_values import (DistributedValues, Form, Mirrored, PerRe
                                         check_components, is_distributed, local_value)
 from ..trace.fn_key import named_parts
 from ..trace.retracing import Detector
+from ..variables import MirroredVariable
 from .reduce_op import ReduceOp
 
 
@@ -60,8 +61,8 @@ def _leaves(tree: Any) -> list:
     return jax.tree_util.tree_leaves(tree, is_leaf=is_distributed)
 
 
-def _is_mirrored_variable(x) -> bool:
-    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
+def _is_mirrored_variable(x) -> TypeGuard[MirroredVariable]:
+    return isinstance(x, MirroredVariable)
 
 
 # --- ragged values ------------------------------------------------------------------------------
@@ -214,7 +215,7 @@ def _check_even(value: Any, axis: int | None = None, gather: bool = False) -> No
     for v in _leaves(value):
         if not isinstance(v, PerReplicaBatch) or len(set(v._counts)) <= 1:
             continue
-        ndim = max(len(v._global[1].type.shape), 1)
+        ndim = max(v._ndim, 1)
         if axis is not None and axis % ndim == 0:
             continue
         if gather:
@@ -300,7 +301,7 @@ def _check_other_dims(comps: list[np.ndarray], axis: int, api: str) -> None:
 def _trim_gathered(value: Any, result: Any, axis: int) -> Any:
     """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
     def one(v, r):
-        if not isinstance(v, PerReplicaBatch) or axis % max(len(v._global[1].type.shape), 1) != 0 \
+        if not isinstance(v, PerReplicaBatch) or axis % max(v._ndim, 1) != 0 \
                 or min(v._counts) == v._rows:
             return r
         index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])

@@ -18,7 +18,7 @@ from ..trace import range as steps_range
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key
 from ..trace.retracing import Detector
-from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
+from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, is_distributed, local_value
 from . import context
 from .cross_replica import eager_function
 from .options import check_options
@@ -240,7 +240,7 @@ class StrategyExtended:
             result = fn(*args, **kwargs)
         return self._group(result, group)
 
-    def _group(self, result, group: bool, cls=Mirrored):
+    def _group(self, result, group: bool, cls: type[DistributedValues] = Mirrored):
         """One result per replica, as TensorFlow: `cls` values for group=True (a plain value
         with one replica), else a tuple with one result per replica."""
         n = self._strategy.num_replicas_in_sync

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 
 from .. import _context
 from ..backends import make_mesh
@@ -49,7 +50,7 @@ class ValueContext:
                 f"num_replicas_in_sync={self.num_replicas_in_sync})")
 
 
-_VALUE_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
+_VALUE_TYPES = (jax.Array, jax_core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
 
 
 def check_values(value: Any, api: str) -> None:
@@ -110,7 +111,7 @@ class Strategy(LogicalDevicesMixin):
     _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
     _communication_options = CommunicationOptions()  # the collectives' defaults (communication_options=)
 
-    def __init__(self, devices: Sequence[jax.Device]):
+    def __init__(self, devices: Sequence[jax.Device]):  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)
@@ -195,10 +196,10 @@ class Strategy(LogicalDevicesMixin):
             raise DistributionRuntimeError("strategy.run was called inside a replica function",
                                            "call strategy.run from cross-replica code only")
         if not _context.is_tracing():  # a function of the same code, defaults and captures: one runner
-            args, kwargs = cross_replica.ragged_as_batches(self, (tuple(args), kwargs))
+            padded_args, padded_kwargs = cross_replica.ragged_as_batches(self, (tuple(args), kwargs))
             runner = cross_replica.eager_function(self, ("run", function_key(fn)), lambda: lambda *a, **k: self.run(
                 fn, a, k), getattr(fn, "__name__", "run"), origin=fn)
-            return runner(*args, **kwargs)
+            return runner(*padded_args, **padded_kwargs)
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
             result = fn(*local_args, **local_kwargs)

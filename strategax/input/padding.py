@@ -9,7 +9,6 @@ eager `reduce`/`gather` trim them from what they hand back (`distribute/cross_re
 """
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 

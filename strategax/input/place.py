@@ -102,6 +102,7 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
         arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
         out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
     else:
+        assert rows is not None, "counts come with rows"
         out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -117,6 +118,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
         return jax.tree_util.tree_unflatten(treedef, [PerReplica._from_global(lay.assemble(leaf), lay)
                                                       for leaf, lay in zip(hosts, lays)])
+    assert rows is not None, "counts come with rows"
     count_value = place_counts(mesh, counts)
     out = []
     for leaf in pieces:

@@ -9,7 +9,7 @@ holds the local (this replica's) tracer.
 from __future__ import annotations
 
 import enum
-from typing import Any, Sequence
+from typing import Any, Self, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,10 @@ class DistributedValues:
     """Base class: a value per replica. Not an array: reduce it or take its local results."""
 
     _kind = "DistributedValues"
+    _values: tuple | None  # the components, or None: not made yet (a program's output) or traced
+    _global: tuple[jax.Array, Any] | None  # (global jax.Array, layout) when made from a program's output
+    _local: Any  # the local tracer while tracing, else None
+    _identical: bool | None = None  # components_identical's answer, once asked
 
     def __init__(self, values: Sequence[Any]):
         if not isinstance(values, (list, tuple)):
@@ -58,19 +62,19 @@ class DistributedValues:
                 f"component {missing[0]} of this {type(self).__name__} is None (TensorFlow keeps it and "
                 "fails later, or hands None to the replica)", "give every replica a value (an array or a "
                 "pytree of arrays)")
-        self._values: tuple | None = values
+        self._values = values
         self._global = None  # (global jax.Array, layout) when made from a program's output
         self._local = None  # the local tracer while tracing
 
     # --- construction from a program's outputs or a trace ------------------------------
     @classmethod
-    def _from_global(cls, array: jax.Array, layout) -> "DistributedValues":
+    def _from_global(cls, array: jax.Array, layout) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, (array, layout), None
         return self
 
     @classmethod
-    def _traced(cls, local) -> "DistributedValues":
+    def _traced(cls, local) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, None, local
         return self
@@ -83,6 +87,16 @@ class DistributedValues:
         if self._values is None:
             return Form.GLOBAL
         return Form.COMPONENTS if self._global is None else Form.BOTH
+
+    def _layout(self):
+        """The layout of the global array a GLOBAL or BOTH value holds."""
+        assert self._global is not None, "a GLOBAL or BOTH value holds a global array"
+        return self._global[1]
+
+    def _held_components(self) -> tuple:
+        """The components a COMPONENTS or BOTH value holds."""
+        assert self._values is not None, "a COMPONENTS or BOTH value holds its components"
+        return self._values
 
     def _keep_global(self, array: jax.Array, layout) -> None:
         """Keep the global array assembled from the components (COMPONENTS -> BOTH): values are
@@ -98,15 +112,18 @@ class DistributedValues:
             raise DistributionValueError(
                 "the components of a distributed value are not available while tracing",
                 "use strategy.experimental_local_results(value), or return the value")
+        values = self._values
         if form is Form.GLOBAL:
+            assert self._global is not None, "a distributed value holds components, a global array or a tracer"
             array, layout = self._global
-            self._values = layout.components(array)
-        return self._values
+            values = self._values = layout.components(array)
+        assert values is not None, "COMPONENTS and BOTH hold the components"
+        return values
 
     @property
     def _num_components(self) -> int:
         if self.form is Form.GLOBAL:
-            return self._global[1].num_local_replicas
+            return self._layout().num_local_replicas
         return len(self.values)
 
     # --- not an array -------------------------------------------------------------------
@@ -181,6 +198,9 @@ class PerReplicaBatch(PerReplica):
     rows, as TensorFlow does; the compiled program sees the padded ones plus the counts."""
 
     _kind = "PerReplica"
+    _counts: tuple  # every replica's real row count
+    _rows: int  # the padded row count of every replica's component
+    _count_value: Any  # the counts as a per-replica int32 scalar (the program's hidden input)
 
     @classmethod
     def _from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
@@ -189,10 +209,17 @@ class PerReplicaBatch(PerReplica):
         return self
 
     @property
+    def _ndim(self) -> int:
+        """The number of dimensions of each (padded) component."""
+        assert self._global is not None, "a batch is made from a global array"
+        return len(self._global[1].type.shape)
+
+    @property
     def values(self) -> tuple:
-        padded = PerReplica.values.fget(self)
+        padded = super().values
         counts = self._counts  # every replica's; a multi-worker process holds only its own replicas
         if len(padded) != len(counts):
+            assert self._global is not None, "a batch is made from a global array"
             counts = [counts[i] for i in self._global[1].local_replica_ids]
         return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, counts))
 
@@ -201,10 +228,10 @@ def components_identical(x: DistributedValues) -> bool:
     """Whether a value built from components (not a program's output) has the same value in
     every component (checked once, on the host): a `Mirrored` built from differing components
     gives replica i component i, as in TensorFlow."""
-    known = getattr(x, "_identical", None)
+    known = x._identical
     if known is None:
-        comps = x._values
-        first = np.asarray(comps[0]) if comps else None
+        comps = x.values
+        first = np.asarray(comps[0])  # a distributed value has at least one component
         known = all(c is comps[0] or (np.shape(c) == first.shape and np.array_equal(np.asarray(c), first))
                     for c in comps[1:])
         x._identical = known
@@ -256,7 +283,7 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
     """A distributed value given to a strategy must have one component per replica (per local
     replica, `num_local`, in a multi-process job)."""
     if value.form.has_global:
-        n = value._global[1].num_replicas
+        n = value._layout().num_replicas
         if n == num_replicas:
             return
     n = value._num_components
@@ -269,7 +296,7 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
             "build it with one value per replica (strategy.experimental_distribute_values_"
             "from_function does this for you)")
     if value.form.has_components:
-        comps = value._values
+        comps = value._held_components()
         structs = [jax.tree_util.tree_structure(c) for c in comps]
         if any(s != structs[0] for s in structs):
             bad = next(i for i, s in enumerate(structs) if s != structs[0])
