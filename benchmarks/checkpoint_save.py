@@ -1,7 +1,7 @@
 """Checkpoint saves during training: the MLP step of optimizer_step.py (sx.Optimizer(adam),
 8 simulated CPU devices) widened to HIDDEN units, plus a HIDDEN x HIDDEN matrix the step does
-not train (default 2048: 22 MiB of parameters and Adam state in the checkpoint), saved through sx.CheckpointManager synchronously and with
-async_save, against orbax alone saving the same arrays (`ocp.Checkpointer` /
+not train (default 2048: 22 MiB of parameters and Adam state in the checkpoint), saved through
+sx.CheckpointManager synchronously and with async_save, against orbax alone saving the same arrays (`ocp.Checkpointer` /
 `ocp.AsyncCheckpointer` of a plain dict of jax arrays: the same work without strategax).
 
 Prints, as medians over ROUNDS saves: the step time without a save; the time a save blocks

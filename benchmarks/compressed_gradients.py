@@ -43,7 +43,8 @@ def main() -> None:
 
     for what, name in (("payload_bytes", "tensor bytes"), ("bytes_moved", "bytes moved per replica per step")):
         b_plain, b_narrow = gradient_bytes(plain, what), gradient_bytes(narrow, what)
-        ratio = f"ratio {b_narrow / b_plain:.3f}  (target 0.5)" if b_plain else "(one replica: the program has no all-reduce)"
+        ratio = (f"ratio {b_narrow / b_plain:.3f}  (target 0.5)" if b_plain
+                 else "(one replica: the program has no all-reduce)")
         print(f"gradient all-reduce {name}: float32 {b_plain}   {args.dtype} {b_narrow}   {ratio}")
 
     state = {"plain": params0, "narrow": params0}
@@ -68,8 +69,10 @@ def main() -> None:
             b = timed(run_narrow, args.steps)
         t_plain.append(a), t_narrow.append(b), ratios.append(b / a)
     steps = 3 + args.rounds * args.steps
-    print(f"loss after {steps} steps: float32 {float(losses['plain']):.6f}   {args.dtype} {float(losses['narrow']):.6f}")
-    print(f"MLP step ({'-'.join(map(str, sizes))}, batch {global_batch})  float32 {statistics.median(t_plain) * 1e3:8.3f} ms"
+    print(f"loss after {steps} steps: float32 {float(losses['plain']):.6f}"
+          f"   {args.dtype} {float(losses['narrow']):.6f}")
+    print(f"MLP step ({'-'.join(map(str, sizes))}, batch {global_batch})"
+          f"  float32 {statistics.median(t_plain) * 1e3:8.3f} ms"
           f"   {args.dtype} gradients {statistics.median(t_narrow) * 1e3:8.3f} ms   median ratio "
           f"{statistics.median(ratios):.3f}")
     jax.block_until_ready(losses["narrow"])

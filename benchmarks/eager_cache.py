@@ -60,7 +60,8 @@ def main() -> None:
     reduce = per_call(lambda: strategy.reduce("SUM", values, axis=None), args.calls, args.rounds)
 
     mesh = strategy._mesh
-    placed = jax.device_put(jnp.concatenate([jax.device_get(v) for v in strategy.experimental_local_results(values)]), jax.sharding.NamedSharding(mesh, P(mesh.axis_names[0])))
+    placed = jax.device_put(jnp.concatenate([jax.device_get(v) for v in strategy.experimental_local_results(values)]),
+                            jax.sharding.NamedSharding(mesh, P(mesh.axis_names[0])))
     hand = jax.jit(jax.shard_map(lambda x: jnp.tanh(x * scale) + 1.0, mesh=mesh,
                                  in_specs=P(mesh.axis_names[0]), out_specs=P(mesh.axis_names[0])))
     jax_run = per_call(lambda: hand(placed), args.calls, args.rounds)

@@ -1,7 +1,9 @@
 """Many steps per call: 20 steps of a small MLP (16-32-4, global batch 64, 8 simulated CPU
 devices or every GPU, SGD on MEAN all-reduced gradients) as ONE strategax program (`for _ in
 sx.range(20): strategy.run(step, args=(next(iterator),))`) against 20 one-step strategax
-calls (`step(next(iterator))`), and against the same 20 steps hand-written in JAX (one
+calls (`step(next(iterator))`), against the epoch written as TensorFlow's tutorial writes it
+(`for batch in iterator: strategy.run(step, args=(batch,))` inside one function, issue 25),
+and against the same 20 steps hand-written in JAX (one
 `jax.jit(shard_map(lax.scan))` over pre-stacked batches, the gradients all-reduced as one
 flat vector as strategax's fuse-collectives does). Both strategax sides read the same
 kind of iterator, its prefetch buffer filled before the clock starts. Checks that both end
@@ -64,7 +66,13 @@ def strategax_model(strategy, steps: int):
             loss = strategy.run(replica_step, args=(next(iterator),))
         return strategy.reduce(sx.ReduceOp.MEAN, loss)
 
-    return params, one_step, many_steps
+    @strategy.function
+    def epoch(iterator):  # every batch left: one on-device loop
+        for batch in iterator:
+            loss = strategy.run(replica_step, args=(batch,))
+        return strategy.reduce(sx.ReduceOp.MEAN, loss)
+
+    return params, one_step, many_steps, epoch
 
 
 def jax_scan(mesh, steps: int):
@@ -106,11 +114,15 @@ def main() -> None:
             time.sleep(0.001)
         return iterator
 
-    loop_params, _, many_steps = strategax_model(strategy, n)
-    call_params, one_step, _ = strategax_model(strategy, n)
+    loop_params, _, many_steps, _ = strategax_model(strategy, n)
+    call_params, one_step, _, _ = strategax_model(strategy, n)
+    epoch_params, _, _, epoch = strategax_model(strategy, n)
 
     def run_loop():
         return many_steps(filled_iterator_for["loop"])
+
+    def run_epoch():
+        return epoch(filled_iterator_for["epoch"])
 
     def run_calls():
         iterator = filled_iterator_for["calls"]
@@ -119,10 +131,11 @@ def main() -> None:
         return loss
 
     # Same weights: one round of each from the same start.
-    filled_iterator_for = {"loop": filled_iterator(), "calls": filled_iterator()}
-    jax.block_until_ready(run_loop()), jax.block_until_ready(run_calls())
+    filled_iterator_for = {"loop": filled_iterator(), "calls": filled_iterator(), "epoch": filled_iterator()}
+    jax.block_until_ready(run_loop()), jax.block_until_ready(run_calls()), jax.block_until_ready(run_epoch())
     for k in loop_params:
         np.testing.assert_allclose(loop_params[k].numpy(), call_params[k].numpy(), rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(epoch_params[k].numpy(), call_params[k].numpy(), rtol=2e-5, atol=1e-6)
     print(f"same weights after {n} steps: max |difference| "
           f"{max(float(np.abs(loop_params[k].numpy() - call_params[k].numpy()).max()) for k in loop_params):.2e}")
 
@@ -137,9 +150,10 @@ def main() -> None:
         return loss
 
     jax.block_until_ready(run_scan())
-    t_loop, t_calls, t_scan = [], [], []
+    t_loop, t_calls, t_epoch, t_scan = [], [], [], []
     for _ in range(args.rounds):
-        for name, fn, out in (("loop", run_loop, t_loop), ("calls", run_calls, t_calls), (None, run_scan, t_scan)):
+        for name, fn, out in (("loop", run_loop, t_loop), ("calls", run_calls, t_calls),
+                              ("epoch", run_epoch, t_epoch), (None, run_scan, t_scan)):
             if name is not None:
                 filled_iterator_for[name] = filled_iterator()
             start = time.perf_counter()
@@ -152,6 +166,10 @@ def main() -> None:
           f"median ratio {ratio:.3f}  (target <= 0.6)")
     print(f"{n} steps   one program {ms(t_loop):7.3f} ms   hand-written jit(shard_map(scan)) "
           f"{ms(t_scan):7.3f} ms   median ratio {vs_jax:.3f}")
+    epoch_vs_calls = statistics.median(a / b for a, b in zip(t_epoch, t_calls))
+    epoch_vs_jax = statistics.median(a / b for a, b in zip(t_epoch, t_scan))
+    print(f"{n} steps   `for batch in iterator` {ms(t_epoch):7.3f} ms   ratio to {n} one-step calls "
+          f"{epoch_vs_calls:.3f}   to hand-written scan {epoch_vs_jax:.3f}")
 
 
 if __name__ == "__main__":

@@ -177,12 +177,14 @@ def main(argv: list[str] | None = None, *, strategy: sx.Strategy | None = None, 
         return strategy.run(test_step, args=(dataset_inputs,))
 
     @strategy.function
-    def distributed_train_epoch(iterator, keys, steps):  # the iterate-inside-a-function variant
+    def distributed_train_epoch(dataset, keys):  # the iterate-inside-a-function variant
         total_loss = 0.0
-        for i in sx.range(steps):
-            per_replica_losses = strategy.run(train_step, args=(next(iterator), keys[i]))
+        num_batches = 0
+        for x in dataset:  # one on-device loop over the epoch
+            per_replica_losses = strategy.run(train_step, args=(x, keys[num_batches]))
             total_loss += strategy.reduce(sx.ReduceOp.SUM, per_replica_losses, axis=None)
-        return total_loss / steps
+            num_batches += 1
+        return total_loss / num_batches
 
     base_key = jax.random.key(42)
     history = {"loss": [], "accuracy": [], "test_loss": [], "test_accuracy": []}
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None, *, strategy: sx.Strategy | None = None, 
         if args.inside:
             num_batches = len(train_dataset)
             keys = jax.random.split(jax.random.fold_in(base_key, epoch), num_batches)
-            train_loss = float(distributed_train_epoch(iter(train_dist_dataset), keys, num_batches))
+            train_loss = float(distributed_train_epoch(train_dist_dataset, keys))
         else:
             total_loss = 0.0
             num_batches = 0

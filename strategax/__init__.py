@@ -3,10 +3,11 @@
 The packages are the architecture, each importing only those below it (docs/architecture.md):
 `ir` → `dialects` → `passes`, `backends` → `trace` → `variables`, `input` → `distribute`;
 `cluster` and `tools` beside; `errors` and `_context` under everything."""
-from . import backends, cluster_resolver, data, ir, metrics, nn, passes
+from . import backends, cluster_resolver, data, experimental, ir, metrics, nn, passes
 from .cluster import WorkerLostError
+from . import distribute
 from .distribute import *  # noqa: F401,F403  (the public Strategy API)
-from .distribute import __all__ as _distribute_all
+from .distribute.parameter_server import ParameterServerLostError
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
                      OutOfRangeError, StrategaxError)
@@ -25,11 +26,13 @@ _use_renderer(_render_report)
 
 __version__ = "0.1.0"
 __all__ = [
-    "backends", "cluster_resolver", "data", "ir", "metrics", "nn", "passes", *_distribute_all,
-    "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues", "DistributionRuntimeError",
-    "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions", "Mirrored",
-    "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica", "PreemptionCheckpointHandler",
-    "Optional", "StrategaxError", "StrategyFunction", "TensorSpec",
+    "backends", "cluster_resolver", "data", "experimental", "ir", "metrics", "nn", "passes",
+    "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues",
+    "DistributionRuntimeError", "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions",
+    "Mirrored", "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica",
+    "PreemptionCheckpointHandler",
+    "Optional", "ParameterServerLostError", "StrategaxError", "StrategyFunction", "TensorSpec",
     "SyncOnReadVariable", "Variable", "VariableAggregation", "VariableSynchronization",
     "WorkerLostError", "import_jaxpr", "latest_checkpoint", "profile", "range",
 ]
+__all__ += distribute.__all__  # the public Strategy API (a form type checkers follow)

@@ -27,7 +27,7 @@ class _State(threading.local):
         self.depth = 0  # strategax traces in progress
         self.sessions: list[Any] = []  # the variable session of each trace in progress
         self.batches: list[tuple[Any, int | None]] = []  # (real row count, padded rows) per trace
-        self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.takes)
+        self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.batches.takes)
 
 
 _state = _State()
@@ -82,7 +82,10 @@ def set_default_strategy_factory(factory: Callable[[], Any]) -> None:
 def strategy() -> Any:
     """The current strategy: the innermost entry's, else the default one."""
     entry = current()
-    return entry.strategy if entry is not None else _default_factory()
+    if entry is not None:
+        return entry.strategy
+    assert _default_factory is not None, "importing strategax.distribute registers the default strategy"
+    return _default_factory()
 
 
 def has_strategy() -> bool:
@@ -138,5 +141,5 @@ def set_batch(batch: tuple[Any, int | None]) -> None:
 
 
 def inputs() -> Any:
-    """The input iterators of the innermost trace (`trace.takes.TraceInputs`), or None."""
+    """The input iterators of the innermost trace (`trace.batches.TraceInputs`), or None."""
     return _state.inputs[-1] if _state.inputs else None

@@ -47,6 +47,17 @@ class StrategaxError(Exception):
             text += f"\n  fix: {fix}"
         super().__init__(text)
 
+    def __reduce__(self):
+        """Pickled whole (an error raised in a parameter-server worker reaches the coordinator as is)."""
+        return _rebuild_error, (type(self), self.args, self.file, self.line, self.fix)
+
+
+def _rebuild_error(cls, args, file, line, fix):
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.file, error.line, error.fix = file, line, fix
+    return error
+
 
 class DistributionValueError(StrategaxError, ValueError):
     """A value is wrong for the distribution rules (e.g. a per-replica value where one is needed)."""

@@ -56,6 +56,16 @@ class Mean(Metric):
         self._add(values, sample_weight)
 
 
+class Accuracy(Metric):
+    """How often the prediction equals the label: `tf.keras.metrics.Accuracy`."""
+
+    def __init__(self, name: str | None = "accuracy", dtype=jnp.float32):
+        super().__init__(name, dtype)
+
+    def update_state(self, y_true, y_pred, sample_weight=None) -> None:
+        self._add((jnp.asarray(y_true) == jnp.asarray(y_pred)).astype(self.dtype), sample_weight)
+
+
 class SparseCategoricalAccuracy(Metric):
     """How often the integer label equals the argmax of the prediction:
     `tf.keras.metrics.SparseCategoricalAccuracy`."""
@@ -72,4 +82,4 @@ class SparseCategoricalAccuracy(Metric):
         self._add(matches, sample_weight)
 
 
-__all__ = ["Mean", "Metric", "SparseCategoricalAccuracy"]
+__all__ = ["Accuracy", "Mean", "Metric", "SparseCategoricalAccuracy"]

@@ -151,3 +151,28 @@ def interpreter_tolerance(module) -> dict:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_round_trip: skip the automatic IR round-trip check")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One small local Ray cluster for the whole session (the parameter-server tests): no
+    dashboard, the actors' output kept out of pytest's, tests/ importable in the actors, shut
+    down at the end so pytest exits."""
+    import ray
+
+    # the actors import the test modules whose functions steps call (cloudpickle ships those by name)
+    saved = os.environ.get("PYTHONPATH")
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, saved) if p)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 object_store_memory=100 * 1024 * 1024)
+    finally:  # Ray's processes have it; the tests' own subprocesses keep theirs
+        os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
+    try:
+        yield ray
+    finally:
+        from parameter_servers import stop_shared
+
+        stop_shared()
+        ray.shutdown()

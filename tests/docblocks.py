@@ -9,7 +9,9 @@ first ```text fence after a block, before the next ```python fence, is what the 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import re
 from pathlib import Path
 
@@ -83,3 +85,19 @@ def normalise(text: str) -> str:
     spaces inside a line collapsed."""
     lines = [re.sub(r"[ \t]+", " ", line.rstrip()) for line in text.strip("\n").splitlines()]
     return "\n".join(lines).strip()
+
+
+def run_block(block: Block, setup: list[Block], page: Path) -> str:
+    """Run the page's setup blocks and then `block` in a fresh namespace; return its stdout,
+    with error locations in the page rewritten to `<page name>:<line>` once checked."""
+    namespace = {"__name__": "__porting__"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for b in [*setup, block]:
+            exec(compile(padded(b), str(page), "exec"), namespace)
+    text = out.getvalue()
+    location = rf"[^\s:]*{re.escape(page.name)}:(\d+)"  # the page's path, absolute or relative, and a line
+    for line in re.findall(location, text):
+        assert block.first_line <= int(line) <= block.last_line, (
+            f"an error names line {line} of the page, outside block {block.name}")
+    return re.sub(location, f"{page.name}:<line>", text)

@@ -26,10 +26,10 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 class Job:
     """`num_workers` processes of `script` with `devices` simulated CPU devices each, on loopback
-    (`host`: any 127.x.y.z address; `addresses` to choose the ports)."""
+    (`host`: any 127.x.y.z address; `addresses` to choose the ports), run in `cwd`."""
 
     def __init__(self, tmp: Path, num_workers: int, devices: int, args: list[str], script: Path = WORKER,
-                 host: str = "127.0.0.1", addresses: list[str] | None = None):
+                 host: str = "127.0.0.1", addresses: list[str] | None = None, cwd: Path = ROOT):
         addresses = addresses or [f"{host}:{p}" for p in free_ports(num_workers, host)]
         self.addresses = addresses
         tmp.mkdir(parents=True, exist_ok=True)
@@ -45,7 +45,7 @@ class Job:
             self.errs.append(err)
             with open(out, "w") as o, open(err, "w") as e:
                 self.procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env,
-                                                   stdout=o, stderr=e, cwd=str(ROOT)))
+                                                   stdout=o, stderr=e, cwd=str(cwd)))
         self.t0 = time.monotonic()
 
     def wait(self, timeout: float) -> list[int]:

@@ -16,7 +16,7 @@ def train(strategy, steps=STEPS):
     xs, ys = batches()
     losses = []
     batch = None
-    for i, batch in enumerate(strategy.experimental_distribute_dataset(list(zip(xs[:steps], ys[:steps])))):
+    for batch in strategy.experimental_distribute_dataset(list(zip(xs[:steps], ys[:steps]))):
         losses.append(float(train_step(*batch)))
     return variables, losses, train_step, batch
 

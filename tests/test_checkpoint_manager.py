@@ -36,7 +36,8 @@ def test_manager_keeps_the_newest_like_tensorflow(tmp_path):
     assert (mgr.checkpoints, mgr.latest_checkpoint) == (rec["empty"]["checkpoints"], rec["empty"]["latest"])
     for number, want in zip((None, None, None, None, 10), rec["steps"]):
         saved = mgr.save(checkpoint_number=number)
-        assert {"saved": base(saved), "checkpoints": names(mgr.checkpoints), "latest": base(mgr.latest_checkpoint)} == want
+        got = {"saved": base(saved), "checkpoints": names(mgr.checkpoints), "latest": base(mgr.latest_checkpoint)}
+        assert got == want
     assert sorted(os.listdir(tmp_path)) == sorted({f.split(".")[0] for f in rec["files"] if f != "checkpoint"})
 
 
@@ -64,8 +65,9 @@ def test_manager_interval_and_restore_or_initialize_like_tensorflow(tmp_path):
     assert len(called) == rec["init_fn_called"]
 
 
-@pytest.mark.parametrize("kwargs, case", [({"max_to_keep": 0}, "max_to_keep_0"),
-                                          ({"max_to_keep": 3, "checkpoint_interval": 2}, "interval_without_step_counter")])
+@pytest.mark.parametrize("kwargs, case", [
+    ({"max_to_keep": 0}, "max_to_keep_0"),
+    ({"max_to_keep": 3, "checkpoint_interval": 2}, "interval_without_step_counter")])
 def test_manager_rejects_what_tensorflow_rejects(tmp_path, kwargs, case):
     # Intent: the constructor's errors are TensorFlow's (ValueErrors with its message).
     want = TF["manager"][case]

@@ -102,12 +102,14 @@ def test_compression_option_is_checked_and_applies_to_floats_only():
     with pytest.raises(sx.DistributionValueError, match="'bf16', 'f16'"):
         sx.CommunicationOptions(compression="int8")
     strategy = sx.MirroredStrategy(communication_options=sx.CommunicationOptions(compression="bf16"))
-    counts = strategy.experimental_distribute_values_from_function(lambda c: jnp.int32(1000 + c.replica_id_in_sync_group))
+    counts = strategy.experimental_distribute_values_from_function(
+        lambda c: jnp.int32(1000 + c.replica_id_in_sync_group))
 
     @strategy.function
     def step(n):
         total = strategy.run(lambda n: sx.get_replica_context().all_reduce("SUM", n), args=(n,))
-        return total, strategy.reduce("SUM", strategy.run(lambda n: n.astype(jnp.float32) + 0.001, args=(n,)), axis=None)
+        return total, strategy.reduce("SUM", strategy.run(lambda n: n.astype(jnp.float32) + 0.001, args=(n,)),
+                                      axis=None)
 
     total, loss = step(counts)
     assert int(strategy.experimental_local_results(total)[0]) == sum(1000 + i for i in range(N))

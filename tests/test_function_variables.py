@@ -38,7 +38,8 @@ def test_whole_step_is_one_program_cached_by_signature(caplog):
         assert float(total.numpy()) == 60.0 and int(steps.numpy()) == 3
         step(x, True)  # a new static value
         assert float(total.numpy()) == 100.0
-        x64 = st.experimental_distribute_values_from_function(lambda c: jnp.full(2, c.replica_id_in_sync_group + 1, jnp.int32))
+        x64 = st.experimental_distribute_values_from_function(
+            lambda c: jnp.full(2, c.replica_id_in_sync_group + 1, jnp.int32))
         step(x64, False)  # a new dtype
         wider = st.experimental_distribute_values_from_function(lambda c: jnp.ones(3))
         step(wider, False)  # a new shape

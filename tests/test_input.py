@@ -257,7 +257,7 @@ def test_leaves_disagreeing_on_batch_size(fetch_to_device):
     options = sx.InputOptions(experimental_fetch_to_device=fetch_to_device)
     it = iter(strategy.experimental_distribute_dataset([{"x": np.zeros((4, 2)), "y": np.zeros(3)}], options))
     with pytest.raises(ValueError) as err:
-        line = here(); next(it)  # noqa: E702
+        line = here(); next(it)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "disagree on the batch size" in str(err.value) and "['x']: 4" in str(err.value)
     assert isinstance(err.value, sx.DistributionValueError)
@@ -269,7 +269,7 @@ def test_structure_change_between_batches():
     it = iter(strategy.experimental_distribute_dataset(batches))
     next(it)
     with pytest.raises(TypeError) as err:
-        line = here(); next(it)  # noqa: E702
+        line = here(); next(it)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "structure of the batches changed" in str(err.value)
     assert isinstance(err.value, sx.DistributionTypeError)
@@ -293,11 +293,11 @@ def test_per_replica_batch_size_not_whole():
 def test_non_iterable_dataset():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     with pytest.raises(TypeError) as err:
-        line = here(); strategy.experimental_distribute_dataset(42)  # noqa: E702
+        line = here(); strategy.experimental_distribute_dataset(42)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "int, which is not iterable" in str(err.value)
     with pytest.raises(TypeError) as err:
-        line = here(); strategy.distribute_datasets_from_function(lambda ctx: 3.5)  # noqa: E702
+        line = here(); strategy.distribute_datasets_from_function(lambda ctx: 3.5)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
 
 
@@ -319,7 +319,7 @@ def test_breaking_out_of_the_loop_stops_the_prefetch_thread():
 
     before = set(prefetchers())
     endless = (np.full((4,), float(i), np.float32) for i in range(10**9))
-    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):
+    for i, element in enumerate(strategy.experimental_distribute_dataset(endless)):  # noqa: B007  checked after the loop
         if i == 0:
             started = set(prefetchers()) - before
         if i == 2:
@@ -372,7 +372,7 @@ def test_structure_change_in_datasets_from_function():
     it = iter(strategy.distribute_datasets_from_function(lambda ctx: elements))
     next(it)
     with pytest.raises(TypeError) as err:
-        line = here(); next(it)  # noqa: E702
+        line = here(); next(it)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "structure of the batches changed" in str(err.value)
 

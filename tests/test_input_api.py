@@ -3,6 +3,9 @@
 `element_spec`, `input_signature` on `strategy.function`, a failed call that takes no batch,
 and in-memory data handed over unbatched rejected at the user's line. References: NumPy
 slicing of the same data and one-device plain JAX."""
+import json
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -157,3 +160,87 @@ def test_a_call_that_fails_after_taking_a_batch_puts_it_back(monkeypatch):
     monkeypatch.setattr(s, "_execute", original)
     got = s.experimental_local_results(f(it))
     np.testing.assert_array_equal(np.concatenate(got), Y[4:8] * 2)
+
+
+# --- Dataset.shard (recorded from TensorFlow 2.21: tests/data/tf/dataset_shard.json) ----------
+SHARD = json.loads((Path(__file__).parent / "data/tf/dataset_shard.json").read_text())["scenarios"]
+PAIR_X, PAIR_Y = np.arange(12, dtype=np.float32).reshape(6, 2), np.arange(6, dtype=np.int64)
+SHARD_CASES = {  # the recording's datasets, in sx.data (sx.data has no `range`: the rows of an arange)
+    "range10": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(10)).shard(s, i),
+    "range7": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(7)).shard(s, i),
+    "range2_of_3": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(2)).shard(s, i),
+    "range5_one_shard": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(5)).shard(s, i),
+    "pairs": lambda s, i: sx.data.Dataset.from_tensor_slices((PAIR_X, PAIR_Y)).shard(s, i),
+    "batched": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(10)).batch(3).shard(s, i),
+    "sharded_then_batched": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(11)).shard(s, i).batch(2),
+    "repeated": lambda s, i: sx.data.Dataset.from_tensor_slices(np.arange(5)).repeat(2).shard(s, i),
+}
+
+
+def _plain(element):
+    """An element as the recording writes it (values only)."""
+    if isinstance(element, tuple):
+        return [_plain(e) for e in element]
+    return np.asarray(element).tolist()
+
+
+@pytest.mark.parametrize("name", sorted(SHARD_CASES))
+def test_shard_keeps_tensorflows_elements_in_tensorflows_order(name):
+    # Intent: shard(num_shards, index) keeps element i when i % num_shards == index, before or
+    # after batch and repeat, with TensorFlow's cardinality.
+    recorded = SHARD["shard_r1"]["result"][name]
+    assert len(recorded["shards"]) == recorded["num_shards"]
+    for index, tf in enumerate(recorded["shards"]):
+        ds = SHARD_CASES[name](recorded["num_shards"], index)
+        want = [[leaf["value"] for leaf in e] if isinstance(e, list) else e["value"] for e in tf["elements"]]
+        assert [_plain(e) for e in ds] == want, (name, index)
+        assert ds.cardinality() == tf["cardinality"]
+
+
+@pytest.mark.parametrize("shards,index", [(0, 0), (2, 2), (2, -1)])
+def test_shard_with_a_bad_num_shards_or_index_fails_at_the_users_line(shards, index):
+    # Intent: TensorFlow raises InvalidArgumentError for these (recorded); here a ValueError at the call.
+    recorded = SHARD["shard_errors_r1"]["result"][f"{shards},{index}"]
+    assert recorded["error"] == "InvalidArgumentError"
+    ds = sx.data.Dataset.from_tensor_slices(np.arange(4))
+    with pytest.raises(ValueError) as err:
+        line = here(); ds.shard(shards, index)  # noqa: E702
+    assert_names_this_line(err, line)
+    assert ("num_shards" if shards == 0 else "index") in str(err.value)
+
+
+# --- 64-bit integers, local results of a pair ------------------------------------------------
+def test_int64_labels_are_narrowed_with_one_note_and_never_wrapped(caplog):
+    # Intent: JAX keeps no int64 by default: labels that fit become int32 with the same values and
+    # one note; a value int32 cannot hold raises instead of wrapping (a silent wrong label).
+    from strategax.input.place import _note_narrowed
+
+    _note_narrowed.cache_clear()  # the note is once per process: start afresh
+    st = strategy()
+    y = np.array([3, 1, 4, 1], np.int64)
+    with caplog.at_level("WARNING", logger="strategax"):
+        batches = [b for _ in range(2) for b in st.experimental_distribute_dataset(
+            sx.data.Dataset.from_tensor_slices((X[:4], y)).batch(4))]
+    notes = [r for r in caplog.records if "int64 input is narrowed to int32" in r.getMessage()]
+    assert len(notes) == 1  # two iterations, two batches: one note
+    for _, labels in batches:
+        got = [np.asarray(v) for v in st.experimental_local_results(labels)]
+        assert [g.dtype for g in got] == [np.int32, np.int32]
+        np.testing.assert_array_equal(np.concatenate(got), y)
+    big = np.array([1, 2 ** 40], np.int64)
+    with pytest.raises(ValueError) as err:
+        line = here(); next(iter(st.experimental_distribute_dataset([big])))  # noqa: E702
+    assert_names_this_line(err, line)
+    assert "1099511627776" in str(err.value) and "jax_enable_x64" in str(err.value)
+
+
+def test_local_results_of_an_x_y_batch_are_one_pair_per_replica():
+    # Intent: experimental_local_results of a tuple of per-replica values gives one (x, y) per
+    # replica, x and y the replica's rows (NumPy slicing of the batch).
+    st = strategy()
+    batch = next(iter(st.experimental_distribute_dataset(sx.data.Dataset.from_tensor_slices((X, Y)).batch(4))))
+    pairs = st.experimental_local_results(batch)
+    assert len(pairs) == 2
+    for k, (x, y) in enumerate(pairs):
+        np.testing.assert_array_equal(np.asarray(x), X[2 * k:2 * k + 2])
+        np.testing.assert_array_equal(np.asarray(y), Y[2 * k:2 * k + 2])

@@ -31,7 +31,8 @@ def const(dense: str, ty: str) -> str:
     (F.format(args="", rets="f32[3]", op="%b = jax.neg : f32[3]", ret="%b"),
      3, 5, "JAX's `neg` rejects operands (none)"),
     # regions: the signature the operands and results say
-    (F.format(args="%i: i32[], %x: f32[]", rets="", ret="", op="jax.cond %i, %x ({\n    ^(%a: f32[2]):\n      yield\n    })"),
+    (F.format(args="%i: i32[], %x: f32[]", rets="", ret="",
+              op="jax.cond %i, %x ({\n    ^(%a: f32[2]):\n      yield\n    })"),
      3, 5, "branch 0's arguments: value 0 is f32[2], expected f32[]"),
     # literals: escapes, integers beyond 64 bits, sizes beyond int64 bytes, a location's line
     (EMPTY.format(attrs='note = "a\\qb"'), 1, 32, "unknown escape \\q"),
@@ -162,7 +163,8 @@ def _module(body: str) -> str:
 N = 20_000
 LARGE_INPUTS = {
     "many-ops": _module("".join(f'    %a{i} = jax.neg %x : f32[3] loc("t.py":{i})\n' for i in range(N // 8))),
-    "long-dense": _module(f"    %c = sx.constant {{value = dense<i8[{N}]: " + ",".join("1" for _ in range(N)) + f">}} : i8[{N}]\n"),
+    "long-dense": _module(f"    %c = sx.constant {{value = dense<i8[{N}]: " + ",".join("1" for _ in range(N))
+                          + f">}} : i8[{N}]\n"),
     "long-tuple": EMPTY.format(attrs="t = (" + ",".join("1" for _ in range(N)) + ")"),
     "long-string": EMPTY.format(attrs='t = "' + "a" * N + '"'),
     "commas-then-an-error": _module("    " + "," * N + "\n"),

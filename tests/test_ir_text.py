@@ -22,7 +22,7 @@ EVERY_KIND = '''module @kinds attributes {num_replicas = 4, note = "a \\"quoted\
     return %r, %s
   }
 }
-'''
+'''  # noqa: E501  IR text: one op a line, as the printer writes it
 
 
 def test_every_attribute_kind_round_trips():
@@ -47,24 +47,35 @@ def test_comments_are_ignored_and_names_kept():
 @pytest.mark.parametrize("bad, line, col, message", [
     ("module @m {\n  func @f() -> () {\n    return %x\n  }\n}\n", 3, 12, "undefined value %x"),
     ("module @m {\n  func @f() -> () {\n    %a = jax.nope : f32[]\n    return\n  }\n}\n", 3, 10, "unknown op"),
-    ("module @m {\n  func @f() -> (f32[]) {\n    %a = sx.constant {value = dense<f32[2]: 1.0>} : f32[]\n    return %a\n  }\n}\n",
+    ("module @m {\n  func @f() -> (f32[]) {\n    %a = sx.constant {value = dense<f32[2]: 1.0>} : f32[]\n"
+     "    return %a\n  }\n}\n",
      3, 37, "needs 2 values"),
-    ("module @m {\n  func @f() -> () {\n    %a = sx.replica_id : i32[]\n    %a = sx.replica_id : i32[]\n    return\n  }\n}\n",
+    ("module @m {\n  func @f() -> () {\n    %a = sx.replica_id : i32[]\n    %a = sx.replica_id : i32[]\n"
+     "    return\n  }\n}\n",
      4, 5, "defined twice"),
-    ("module @m {\n  func @f() -> () {\n    %a = sx.all_reduce : f32[]\n    return\n  }\n}\n", 3, 5, "expects 1 operands"),
+    ("module @m {\n  func @f() -> () {\n    %a = sx.all_reduce : f32[]\n"
+     "    return\n  }\n}\n", 3, 5, "expects 1 operands"),
     ("module @m {\n  func @f() -> () {\n    %a = sx.replica_id : q32[]\n    return\n  }\n}\n", 3, 26, "unknown dtype"),
     ("module @m {\n  func @f() -> () {\n    return\n  }\n", 5, 1, "end of input"),
     ("module @m { $ }", 1, 13, "unexpected character"),
     # declared attributes: a misspelt enum names the attribute and its allowed values
-    ('module @m {\n  var @w : f32[] mirrored {sync = "on_write", agg = "summ"}\n  func @f() -> () {\n    return\n  }\n}\n',
+    ('module @m {\n  var @w : f32[] mirrored {sync = "on_write", agg = "summ"}\n  func @f() -> () {\n'
+     '    return\n  }\n}\n',
      2, 53, 'attribute `agg` is "summ"; allowed values: "none", "sum", "mean", "only_first_replica"'),
-    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "summ", reason = "r"} : f32[] mirrored\n    return\n  }\n}\n',
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n'
+     '    %a = sx.all_reduce %x {op = "summ", reason = "r"} : f32[] mirrored\n'
+     '    return\n  }\n}\n',
      3, 33, 'attribute `op` is "summ"; allowed values: "sum", "mean", "max", "min"'),
-    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum", reason = 3} : f32[] mirrored\n    return\n  }\n}\n',
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n'
+     '    %a = sx.all_reduce %x {op = "sum", reason = 3} : f32[] mirrored\n'
+     '    return\n  }\n}\n',
      3, 49, "attribute `reason` must be a string, not 3"),
-    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum", reason = "r", pack = 3} : f32[] mirrored\n    return\n  }\n}\n',
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n'
+     '    %a = sx.all_reduce %x {op = "sum", reason = "r", pack = 3} : f32[] mirrored\n'
+     '    return\n  }\n}\n',
      3, 61, "unknown attribute `pack`"),
-    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum"} : f32[] mirrored\n    return\n  }\n}\n',
+    ('module @m {\n  func @f(%x: f32[] per_replica) -> () {\n    %a = sx.all_reduce %x {op = "sum"} : f32[] mirrored\n'
+     '    return\n  }\n}\n',
      3, 5, "missing attribute reason"),
     ('module @m attributes {num_replicas = 0} {\n  func @f() -> () {\n    return\n  }\n}\n',
      1, 38, "attribute `num_replicas` must be >= 1"),

@@ -18,7 +18,7 @@ LAYERS = [
     {"trace", "cluster"},
     {"variables", "input"},
     {"distribute", "checkpoint"},
-    {"nn", "cluster_resolver", "tools", "data", "metrics"},  # facades and command lines
+    {"nn", "cluster_resolver", "tools", "data", "metrics", "experimental"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]
 RANK = {package: i for i, layer in enumerate(LAYERS) for package in layer}
@@ -142,3 +142,16 @@ def test_nothing_under_ir_imports_jax():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             bad += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in ("jax", "jaxlib")]
     assert not bad, "\n".join(bad)
+
+
+def test_importing_strategax_does_not_import_ray():
+    # Intent: Ray is optional (`strategax[ps]`) and heavy: only a ParameterServerStrategy
+    # imports it, when it starts its actors.
+    import subprocess
+    import sys
+
+    code = ("import sys, strategax, strategax.experimental; "
+            "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]")
+    env = dict(__import__("os").environ, PYTHONPATH=str(ROOT.parent), JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -23,7 +23,8 @@ def test_assembly_reuses_device_buffers():
 
 def test_outputs_feed_the_next_call_without_reassembly():
     strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(4)])
-    values = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.ones(2) * ctx.replica_id_in_sync_group)
+    values = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.ones(2) * ctx.replica_id_in_sync_group)
     step = strategy.function(lambda v: strategy.run(lambda x: x + 1.0, args=(v,)))
     out = step(step(values))
     assert out._values is None  # still a view of the program's global output

@@ -155,8 +155,8 @@ def test_device_assignment_build():
     strategy = sx.TPUStrategy(experimental_device_assignment=da)
     assert strategy.num_replicas_in_sync == 2 and strategy.logical_devices_per_replica == 4
     x = np.ones((2, 8), np.float32)
-    out = strategy.run(lambda v: strategy.experimental_split_to_logical_devices(v, [4]) * 3.0,
-                       args=(strategy.experimental_distribute_values_from_function(lambda c: x[c.replica_id_in_sync_group]),))
+    values = strategy.experimental_distribute_values_from_function(lambda c: x[c.replica_id_in_sync_group])
+    out = strategy.run(lambda v: strategy.experimental_split_to_logical_devices(v, [4]) * 3.0, args=(values,))
     for o in strategy.experimental_local_results(out):
         np.testing.assert_allclose(o, np.full((8,), 3.0))
 
@@ -216,7 +216,7 @@ PROPAGATE_BEFORE = """module @m attributes {num_replicas = 1, logical_axes = (("
     return %s
   }
 }
-"""
+"""  # noqa: E501  IR text: one op a line, as the printer writes it
 
 
 def test_propagate_sharding_forward_through_dot_elementwise_and_reduction():

@@ -79,7 +79,8 @@ def test_merge_call_variations(n):
         return ctx.merge_call(lambda s, a, b=None: s.reduce("SUM", a, axis=None) + b, args=(v,), kwargs={"b": 100.0})
     out = strategy.run(fn_kw)
     for got in strategy.experimental_local_results(out):
-        np.testing.assert_allclose(np.asarray(got), tensor(rec["merge_call_kwargs_reduce_sum_plus_b_eager"]["local_results"][0]))
+        np.testing.assert_allclose(np.asarray(got),
+                                   tensor(rec["merge_call_kwargs_reduce_sum_plus_b_eager"]["local_results"][0]))
 
     seen = {}
 
@@ -113,7 +114,8 @@ def test_extended_reductions(n):
     assert_mirrored(ext.reduce_to("SUM", pr, destinations="/cpu:0"), rec["reduce_to_SUM_dest_device_string"]["value"])
     with pytest.raises(ValueError):
         ext.reduce_to("SUM", jnp.float32(3.0), destinations=mv)
-    assert_mirrored(ext.reduce_to("MEAN", jnp.float32(3.0), destinations=mv), rec["reduce_to_MEAN_plain_tensor"]["value"])
+    assert_mirrored(ext.reduce_to("MEAN", jnp.float32(3.0), destinations=mv),
+                    rec["reduce_to_MEAN_plain_tensor"]["value"])
     for op in ("SUM", "MEAN"):
         got = ext.batch_reduce_to(op, [(pr, mv), (pr2, mv2)])
         for g, r in zip(got, rec[f"batch_reduce_to_{op}"]["value"]):
@@ -138,7 +140,8 @@ def test_extended_updates_and_variables(n):
     assert len(got) == n and all(float(g) == rec["update_group_false"]["value"][0]["value"] for g in got)
     pr = st.experimental_distribute_values_from_function(lambda ctx: jnp.float32(ctx.replica_id_in_sync_group + 1))
     reduced = ext.reduce_to("SUM", pr, destinations=u)
-    assert_mirrored(ext.update(u, lambda var, x: var.assign_sub(x), args=(reduced,)), rec["update_with_mirrored_arg"]["value"])
+    assert_mirrored(ext.update(u, lambda var, x: var.assign_sub(x), args=(reduced,)),
+                    rec["update_with_mirrored_arg"]["value"])
     assert_mirrored(u, rec["update_with_mirrored_arg_after"])
     with pytest.raises(ValueError):  # deliberate: TF makes the mirrored copies differ
         ext.update(u, lambda var, x: var.assign(x), args=(pr,))
@@ -153,7 +156,8 @@ def test_extended_updates_and_variables(n):
     assert_mirrored(var1, rec["colocate_update_after"])
 
     with st.scope():
-        sv = sx.Variable(0.0, synchronization=sx.VariableSynchronization.ON_READ, aggregation=sx.VariableAggregation.SUM)
+        sv = sx.Variable(0.0, synchronization=sx.VariableSynchronization.ON_READ,
+                         aggregation=sx.VariableAggregation.SUM)
     st.run(lambda: sv.assign(sx.get_replica_context().replica_id_in_sync_group.astype(jnp.float32) + 1.0))
     assert [float(c) for c in sv.values] == [r["value"] for r in rec["sum_on_read_values"]["values"]]
     with st.scope():
@@ -172,7 +176,8 @@ def test_extended_updates_and_variables(n):
     with st.scope():
         with ext.colocate_vars_with(u):
             it = sx.Variable(0, dtype=jnp.int32)
-        assert int(ext.update_non_slot(nsd, lambda: it.assign_add(1))) == rec["update_non_slot"]["value"]["values"][0]["value"]
+        want = rec["update_non_slot"]["value"]["values"][0]["value"]
+        assert int(ext.update_non_slot(nsd, lambda: it.assign_add(1))) == want
     attrs = rec["attributes"]
     for name in ("experimental_require_static_shapes", "experimental_between_graph", "should_checkpoint",
                  "should_save_summary", "experimental_should_init"):
@@ -196,7 +201,8 @@ def test_update_recipe_in_replica_context(n):
         reduced = strategy.extended.reduce_to("SUM", g, destinations=a)
         return strategy.extended.update(a, lambda v, t: v.assign_sub(t), args=(reduced,))
 
-    step_single = st.function(lambda: st.run(lambda: sx.get_replica_context().merge_call(merge_single, args=(grads()[0],))))
+    step_single = st.function(
+        lambda: st.run(lambda: sx.get_replica_context().merge_call(merge_single, args=(grads()[0],))))
     assert_local(st, step_single(), rec["reduce_to_update"]["returned"])
     assert_mirrored(a, rec["reduce_to_update"]["var_after"])
 

@@ -72,7 +72,7 @@ def test_loop_of_steps_ends_with_the_weights_of_one_step_calls_even_when_the_dat
     loop_loss = train_steps(iterator)  # 13 steps: the iterator runs out
 
     with pytest.raises(sx.OutOfRangeError) as err:
-        line = here(); train_steps(iterator)  # noqa: E702
+        line = here(); train_steps(iterator)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert len(train_steps._cache) == 1 and text.count("jax.while") == 1
     w_loop, b_loop = w.numpy(), b.numpy()
@@ -161,7 +161,7 @@ def test_next_outside_a_loop_is_an_input_and_a_failed_call_takes_nothing():
         assert float(pair_sum(iterator)) == 8 * 0 + 80 * 1
         assert float(pair_sum(iterator)) == 8 * 2 + 80 * 3
         with pytest.raises(sx.OutOfRangeError) as err:
-            line = here(); pair_sum(iterator)  # noqa: E702
+            line = here(); pair_sum(iterator)  # noqa: E702  here() names the line of the call
         assert_names_this_line(err, line)
         assert float(np.sum(st.experimental_local_results(next(iterator)))) == 8 * 4  # put back
     assert len(traces) == 1
@@ -249,8 +249,9 @@ def test_break_inside_sx_range_raises():
 
 
 def test_iterator_misuse_inside_a_function_raises():
-    # Intent: an iterator captured by closure, iterated whole, or read in a loop whose trip
-    # count is traced cannot be a fixed set of program inputs: each raises with the fix.
+    # Intent: an iterator captured by closure, iterated whole into a Python list (every step's
+    # value kept: a loop keeps only the last step's), or read in a loop whose trip count is
+    # traced cannot be a fixed set of program inputs: each raises with the fix.
     st = st2()
     iterator = iter(st.experimental_distribute_dataset([np.ones((4, 2), np.float32)] * 3))
     line = here() + 2
@@ -262,7 +263,7 @@ def test_iterator_misuse_inside_a_function_raises():
     line = here() + 2
     def whole(it):
         return [x for x in it]
-    with pytest.raises(TypeError) as err:
+    with pytest.raises(sx.DistributionValueError, match="kept in a Python list") as err:
         st.function(whole)(iterator)
     assert_names_this_line(err, line)
     line = here() + 2

@@ -151,37 +151,50 @@ def test_simple_cluster_resolver():
     ('[1, 2]', "must be a JSON object"),
     ({"cluster": {"worker": ["a:1", "b:2"]}}, "no task for this process"),
     ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker"}}, "no index"),
-    ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}, "task.index is 2, which is out of range"),
+    ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}},
+     "task.index is 2, which is out of range"),
     ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": -1}}, "out of range"),
     ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "evaluator", "index": 0}}, "not a job of the cluster"),
-    ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": "0"}}, "task.index is '0', which is not an integer"),
+    ({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": "0"}},
+     "task.index is '0', which is not an integer"),
     ({"cluster": {"worker": "a:1"}, "task": {"type": "worker", "index": 0}}, "must list its task addresses"),
-    ({"cluster": {"worker": ["a1"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[0] is 'a1', which is not \"host:port\""),
-    ({"cluster": {"worker": ["a:1", "b:x2"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[1] is 'b:x2': its port 'x2' is not a number"),
-    ({"cluster": {"worker": ["a:1", "b:99999"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[1] is 'b:99999': port 99999 is out of range"),
+    ({"cluster": {"worker": ["a1"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[0] is 'a1', which is not \"host:port\""),
+    ({"cluster": {"worker": ["a:1", "b:x2"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[1] is 'b:x2': its port 'x2' is not a number"),
+    ({"cluster": {"worker": ["a:1", "b:99999"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[1] is 'b:99999': port 99999 is out of range"),
     ({"cluster": {"worker": ["a:1", "b:0"]}, "task": {"type": "worker", "index": 0}}, "port 0 is out of range"),
-    ({"cluster": {"worker": [":1", "b:2"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[0] is ':1', which is not \"host:port\""),
+    ({"cluster": {"worker": [":1", "b:2"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[0] is ':1', which is not \"host:port\""),
     ({"cluster": {"worker": ["::1:5", "b:2"]}, "task": {"type": "worker", "index": 0}}, "an IPv6 host needs brackets"),
-    ({"cluster": {"worker": ["a:1", "A:1"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[1] and TF_CONFIG cluster.worker[0] have the same address"),
-    ({"cluster": {"chief": ["a:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}, "cluster.worker[0] and TF_CONFIG cluster.chief[0] have the same address"),
-    ({"cluster": {"worker": {"0": "a:1", "x": "b:2"}}, "task": {"type": "worker", "index": 0}}, "cluster.worker has the task key 'x', which is not a task index"),
+    ({"cluster": {"worker": ["a:1", "A:1"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[1] and TF_CONFIG cluster.worker[0] have the same address"),
+    ({"cluster": {"chief": ["a:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[0] and TF_CONFIG cluster.chief[0] have the same address"),
+    ({"cluster": {"worker": ["localhost:1", "127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker[1] and TF_CONFIG cluster.worker[0] have the same address"),
+    ({"cluster": {"worker": {"0": "a:1", "x": "b:2"}}, "task": {"type": "worker", "index": 0}},
+     "cluster.worker has the task key 'x', which is not a task index"),
     ({"cluster": {"worker": {"0": "a:1", "-1": "b:2"}}, "task": {"type": "worker", "index": 0}}, "task key '-1'"),
-    ({"cluster": {"worker": {"1": "a:1", "01": "b:2"}}, "task": {"type": "worker", "index": 1}}, "names task 1 twice (key '01')"),
-    ({"cluster": {"worker": {"0": "a:1", "2": "b:2"}}, "task": {"type": "worker", "index": 1}}, "whose tasks are [0, 2]"),
+    ({"cluster": {"worker": {"1": "a:1", "01": "b:2"}}, "task": {"type": "worker", "index": 1}},
+     "names task 1 twice (key '01')"),
+    ({"cluster": {"worker": {"0": "a:1", "2": "b:2"}}, "task": {"type": "worker", "index": 1}},
+     "whose tasks are [0, 2]"),
     ("[" * 100000 + "]" * 100000, "nests more than 16 levels"),
 ], ids=["json", "not-object", "no-task", "no-index", "index-too-big", "index-negative", "unknown-type",
         "index-string", "job-not-list", "bad-address", "port-not-number", "port-too-big", "port-zero", "no-host",
-        "ipv6-without-brackets", "duplicate-address", "duplicate-across-jobs", "key-not-integer",
+        "ipv6-without-brackets", "duplicate-address", "duplicate-across-jobs", "duplicate-loopback", "key-not-integer",
         "key-negative", "key-twice", "index-not-a-task", "deep-json"])
 def test_malformed_tf_config_is_rejected_clearly(monkeypatch, config, words):
     set_tf_config(monkeypatch, config)
     with pytest.raises(ValueError) as err:
-        line = here(); sx.cluster_resolver.TFConfigClusterResolver()  # noqa: E702
+        line = here(); sx.cluster_resolver.TFConfigClusterResolver()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert words in str(err.value)
     assert isinstance(err.value, sx.cluster_resolver.ClusterConfigError)
     with pytest.raises(ValueError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
 
 
@@ -194,10 +207,11 @@ def test_sparse_task_keys_are_task_indices_not_text(monkeypatch):
     assert r.master() == "h:2" and r.cluster_spec().task_indices("worker") == [0, 2, 10]
     assert r.cluster_spec().as_dict() == {"worker": {0: "h:1", 2: "h:2", 10: "h:3"}}
     with pytest.raises(ValueError) as err:  # MultiWorkerMirroredStrategy numbers workers 0..n-1
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "task indices [0, 2, 10]" in str(err.value)
-    set_tf_config(monkeypatch, {"cluster": {"worker": {"1": "h:2", "0": "h:1"}}, "task": {"type": "worker", "index": 1}})
+    set_tf_config(monkeypatch, {"cluster": {"worker": {"1": "h:2", "0": "h:1"}},
+                                "task": {"type": "worker", "index": 1}})
     r = sx.cluster_resolver.TFConfigClusterResolver()
     assert r.worker_addresses() == ["h:1", "h:2"] and r.worker_index() == 1
 
@@ -205,7 +219,7 @@ def test_sparse_task_keys_are_task_indices_not_text(monkeypatch):
 def test_ps_task_runs_no_replicas(monkeypatch):
     set_tf_config(monkeypatch, {"cluster": {"worker": ["a:1"], "ps": ["b:2"]}, "task": {"type": "ps", "index": 0}})
     with pytest.raises(ValueError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "does not take part" in str(err.value)
 
@@ -216,7 +230,7 @@ def test_joining_a_cluster_after_jax_started_is_refused(monkeypatch):
                                 "task": {"type": "worker", "index": 0}})
     jax.devices()
     with pytest.raises(RuntimeError) as err:
-        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702
+        line = here(); sx.MultiWorkerMirroredStrategy()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "before any other JAX call" in str(err.value)
 

@@ -88,6 +88,6 @@ def test_file_policy_on_batches_in_memory_names_the_users_line():
     # Intent: FILE needs a dataset read from files; a sequence of batches has none. The error
     # (TensorFlow's is "Found an unshardable source dataset") names the call and the fix.
     with pytest.raises(ValueError) as err:
-        line = here(); worker_policy([np.arange(4.0)], sx.InputOptions(auto_shard_policy=sx.AutoShardPolicy.FILE))  # noqa: E702
+        line = here(); worker_policy([np.arange(4.0)], sx.InputOptions(auto_shard_policy=sx.AutoShardPolicy.FILE))  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
     assert "no files to shard" in str(err.value) and "AutoShardPolicy.DATA" in str(err.value)

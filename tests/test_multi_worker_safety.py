@@ -94,6 +94,25 @@ def test_datasets_from_function_runs_once_per_worker_as_tensorflow_does(features
         assert r["from_function"] == tf["from_function"]
 
 
+def test_next_inside_a_step_takes_the_batches_of_one_process(features):
+    # Intent: `next(iterator)` inside a strategy.function, with two workers, for
+    # experimental_distribute_dataset (global batches of 4) and distribute_datasets_from_function
+    # (each worker's shard, batches of 2): every step reduces the same 4 rows as one process
+    # taking the global batches in order (NumPy: sum of the rows + 10 * sum of the labels).
+    x, y = np.arange(24, dtype=np.float32).reshape(12, 2), np.arange(12)
+    want = [float(x[4 * s:4 * s + 4].sum() + 10 * y[4 * s:4 * s + 4].sum()) for s in range(3)]
+    for r in features[1]:
+        assert r["inside"] == {"dataset": want, "from_function": want}
+
+
+def test_local_results_of_an_x_y_batch_are_this_workers_pairs(features):
+    # Intent: experimental_local_results of an (x, y) batch gives one (x, y) per local replica
+    # (it raised IndexError with several workers): worker w's replica holds rows 2w and 2w + 1.
+    x, y = np.arange(24, dtype=np.float32).reshape(12, 2), np.arange(12)
+    for w, r in enumerate(features[1]):
+        assert r["local_pairs"] == [[x[2 * w:2 * w + 2].tolist(), y[2 * w:2 * w + 2].tolist()]]
+
+
 # --- faults --------------------------------------------------------------------------------
 @pytest.mark.parametrize("taken", [0, 1], ids=["coordinator-port", "worker-port"])
 def test_a_taken_port_is_named_on_every_worker_within_seconds(tmp_path, taken):

@@ -4,6 +4,8 @@ the call (here, the line of each table row) and says how to fix it — never a r
 and never an answer. `test_every_public_argument_is_walked` keeps the table complete: each
 parameter of the public API is either exercised below or listed in EXEMPT with the reason."""
 import inspect
+import json
+import pathlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -156,6 +158,9 @@ case("CommunicationOptions", "timeout_seconds", "1", TE, lambda b: sx.Communicat
 case("CommunicationOptions", "timeout_seconds", -1, VE, lambda b: sx.CommunicationOptions(timeout_seconds=b), here())
 case("CommunicationOptions", "implementation", "x", VE, lambda b: sx.CommunicationOptions(implementation=b), here())
 case("CommunicationOptions", "implementation", 9, TE, lambda b: sx.CommunicationOptions(implementation=b), here())
+case("CommunicationOptions", "compression", "int8", VE, lambda b: sx.CommunicationOptions(compression=b), here())
+case("CommunicationOptions", "compression", 16, TE, lambda b: sx.CommunicationOptions(compression=b), here())
+case("MirroredStrategy", "communication_options", 3, TE, lambda b: sx.MirroredStrategy(["CPU:0"], communication_options=b), here())
 case("MultiWorkerMirroredStrategy", "communication_options", 3, TE, lambda b: sx.MultiWorkerMirroredStrategy(sx.cluster_resolver.SimpleClusterResolver(sx.cluster_resolver.ClusterSpec({"worker": ["localhost:1"]}), task_type="worker", task_id=0), b), here())
 case("experimental_set_strategy", "strategy", 3, TE, lambda b: sx.experimental_set_strategy(b), here())
 case("ReduceOp.parse", "op", "max", VE, lambda b: sx.ReduceOp.parse(b), here())
@@ -200,6 +205,24 @@ case("CheckpointManager", "checkpoint", 3, VE, lambda b: sx.CheckpointManager(b,
 case("CheckpointManager", "directory", 3, TE, lambda b: sx.CheckpointManager(sx.Checkpoint(a=V), b), here())
 case("CheckpointManager", "max_to_keep", 0, VE, lambda b: sx.CheckpointManager(sx.Checkpoint(a=V), "unused", max_to_keep=b), here())
 case("latest_checkpoint", "directory", 3, TE, lambda b: sx.latest_checkpoint(b), here())
+
+# Values no program can hold (issue 25): TensorFlow passes them through (tests/data/tf/gaps.json,
+# hostile_inputs_r2); strategax compiles every call, so each raises naming the argument
+F = S.function(lambda x: S.run(lambda y: y + 1, args=(x,)))
+case("Strategy.run", "args", np.array(["a", "b"]), TE, lambda b: S.run(lambda x: x, args=(b,)), here())
+case("Strategy.run", "args", np.array([W, 1], dtype=object), TE, lambda b: S.run(lambda x: x, args=(b,)), here())
+case("Strategy.run", "args", sx.PerReplica(["a", "b"]), TE, lambda b: S.run(lambda x: x, args=(b,)), here())
+case("Strategy.run", "args", 2 ** 40, VE, lambda b: S.run(lambda x: x + 1, args=(b,)), here())
+case("Strategy.run", "fn", lambda: "abc", TE, lambda b: S.run(b), here())
+case("Strategy.run", "fn", lambda: W, TE, lambda b: S.run(b), here())
+case("Strategy.function", "args", 2 ** 40, VE, lambda b: F(b), here())
+case("Strategy.function", "args", np.array(["a"]), TE, lambda b: F(b), here())
+case("Strategy.experimental_distribute_dataset", "dataset", [np.array(["a", "b"])], TE,
+     lambda b: next(iter(S.experimental_distribute_dataset(b))), here())
+case("Strategy.experimental_distribute_dataset", "dataset", [{"x": np.ones(2), "s": np.array([W, W])}], TE,
+     lambda b: next(iter(S.experimental_distribute_dataset(b))), here())
+case("Strategy.distribute_datasets_from_function", "dataset_fn", lambda c: [np.array(["a"])], TE,
+     lambda b: next(iter(S.distribute_datasets_from_function(b))), here())
 
 
 @pytest.mark.parametrize("api,arg,bad,error,call,line", CASES)
@@ -281,3 +304,28 @@ def test_every_public_argument_is_walked():
     missing = sorted(_public_parameters() - walked - set(EXEMPT))
     assert not missing, f"public arguments no test walks: {missing}"
     assert not set(EXEMPT) & walked, "an exempt argument is walked: drop it from EXEMPT"
+
+
+HOSTILE = json.loads((pathlib.Path(__file__).parent / "data/tf/gaps.json").read_text())["scenarios"]["hostile_inputs_r2"]["result"]
+
+
+@pytest.mark.parametrize("call,recorded,names", [
+    (lambda: S.run(lambda x: x, args=(np.array(["a", "b"]),)), "run_string_array", "argument `x` is a NumPy array of dtype <U1"),
+    (lambda: S.run(lambda x: x, args=(np.array([W, 1], dtype=object),)), "run_object_array", "argument `x` is a NumPy array of dtype object"),
+    (lambda: S.run(lambda x: x, args=(sx.PerReplica(["a", "b"]),)), "per_replica_of_strings", "argument `x` is a PerReplica whose component 0 is a Python str"),
+    (lambda: S.run(lambda: {"s": "abc"}), "fn_returns_string", "returned a str ('abc') at `result['s']`"),
+    (lambda: S.run(lambda: W), "fn_returns_object", "returned an object"),
+    (lambda: S.run(lambda count: count + 1, args=(2 ** 40,)), "run_int_2_40", "argument `count` is the Python int 1099511627776"),
+    (lambda: F(2 ** 40), "function_int_2_40", "argument `x` is the Python int 1099511627776"),
+    (lambda: next(iter(S.experimental_distribute_dataset([{"s": np.array(["a", "b"])}]))), "dataset_of_strings",
+     "holds an array of dtype <U1 at `['s']`"),
+])
+def test_values_no_program_holds_raise_naming_the_argument(call, recorded, names):
+    # Intent: TensorFlow hands strings, Python objects and int64 values through eager
+    # strategy.run (recorded); strategax compiles every call, so each raises a strategax error
+    # naming the argument (or the result's path) and the fix, never JAX's own TypeError.
+    assert "error" not in HOSTILE[recorded], HOSTILE[recorded]
+    with pytest.raises((sx.DistributionTypeError, sx.DistributionValueError)) as e:
+        call()
+    assert names in str(e.value), str(e.value)
+    assert "fix:" in str(e.value)

@@ -46,7 +46,8 @@ def test_max_pool_gradient_matches_plain_jax_and_round_trips():
 def test_primitive_attribute_text_names_a_known_primitive():
     # Intent: the parser rebuilds a primitive attribute from its name only, and rejects a name
     # no primitive has with a ParseError at that position.
-    good = ('module @m attributes {num_replicas = 1} {\n  func @main(%x: f32[4] mirrored, %s: f32[2] mirrored) -> (f32[4] mirrored) {\n'
+    good = ('module @m attributes {num_replicas = 1} {\n'
+            '  func @main(%x: f32[4] mirrored, %s: f32[2] mirrored) -> (f32[4] mirrored) {\n'
             '    %1 = jax.select_and_scatter_add %s, %x {select_prim = #primitive<"ge">, '
             'window_dimensions = (2,), window_strides = (2,), padding = ((0, 0),)} : f32[4] mirrored\n'
             '    return %1\n  }\n}\n')

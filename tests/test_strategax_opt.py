@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from strategax import ir
-from strategax.ir import Module, Operation
-from strategax.passes import PASSES, PassFailure
+from strategax.ir import Module
+from strategax.passes import PASSES
 from strategax.tools import strategax_opt
 
 from passes.sxir_cases import all_cases  # tests/ is on sys.path (rootdir conftest)
@@ -53,7 +53,8 @@ def test_cli_reads_a_file_and_stdin_and_runs_passes(tmp_path):
 def test_cli_error_points_at_file_line_col_with_caret_and_no_traceback(tmp_path):
     # Intent: a malformed input prints FILE:LINE:COL: message, the line and a caret; exit 1.
     path = tmp_path / "bad.sxir"
-    path.write_text(GOOD.replace("jax.neg %x : f32[3] per_replica loc(\"train.py\":4)", "jax.neg %q : f32[3] per_replica"))
+    path.write_text(GOOD.replace("jax.neg %x : f32[3] per_replica loc(\"train.py\":4)",
+                                 "jax.neg %q : f32[3] per_replica"))
     result = run_cli(str(path), "-p", "cse")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -70,7 +71,8 @@ def test_cli_unknown_pass_exits_1_without_traceback():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("fuse-collectives{bytes_per_pack=abc}", "pass 'fuse-collectives': option 'bytes_per_pack' takes int values, not 'abc'"),
+    ("fuse-collectives{bytes_per_pack=abc}",
+     "pass 'fuse-collectives': option 'bytes_per_pack' takes int values, not 'abc'"),
     ("fuse-collectives{bytes_per_pack=1.5}", "option 'bytes_per_pack' takes int values, not '1.5'"),
     ("fuse-collectives{bytes=4}", "pass 'fuse-collectives' has no option 'bytes'; its options: bytes_per_pack"),
     ("cse{anything=1}", "pass 'cse' has no option 'anything'; its options: none"),
@@ -150,7 +152,7 @@ def malformed(draw) -> str:
         return text[:at] + draw(st.sampled_from(BAD_CHARS)) + text[at:]
     if how == "duplicate-line":  # a value (or symbol) defined twice
         lines = text.splitlines(keepends=True)
-        k = draw(st.sampled_from([i for i, l in enumerate(lines) if _DEFINES.match(l)]))
+        k = draw(st.sampled_from([i for i, line in enumerate(lines) if _DEFINES.match(line)]))
         return "".join(lines[:k + 1] + [lines[k]] + lines[k + 1:])
     return "x" + draw(st.text(max_size=60))  # not a module at all
 

@@ -1,4 +1,7 @@
 """The Strategy API surface: devices, contexts, scope, gather, defaults, one-device strategy."""
+import json
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,3 +125,23 @@ def test_call_for_each_replica_is_run():
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     out = strategy.extended.call_for_each_replica(lambda: sx.get_replica_context().replica_id_in_sync_group * 10)
     assert [int(v) for v in strategy.experimental_local_results(out)] == [0, 10]
+
+
+@pytest.mark.parametrize("op,shape,dtype,recorded", [
+    ("MEAN", (0,), jnp.float32, "mean_axis0_shape_0"),
+    ("MEAN", (0, 3), jnp.float32, "mean_axis0_shape_0_3"),
+    ("MEAN", (0,), jnp.int32, "mean_axis0_int32_shape_0"),
+    ("SUM", (0, 3), jnp.float32, "sum_axis0_shape_0_3"),
+])
+def test_reduce_over_axis_0_of_nothing_is_tensorflows_nan(op, shape, dtype, recorded):
+    # Intent: MEAN over axis 0 of zero-size per-replica values divides 0 by 0 elements: NaN,
+    # as TensorFlow 2.21 gives (tests/data/tf/gaps.json; it used to fail with "integer modulo
+    # by zero" for (0, 3) and give 0.0 for (0,)); SUM is zeros.
+    rec = json.loads((pathlib.Path(__file__).parent / "data/tf/gaps.json").read_text())[
+        "scenarios"]["hostile_inputs_r2"]["result"][recorded]
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    value = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.zeros(shape, dtype))
+    got = np.asarray(strategy.reduce(op, value, axis=0))
+    want = np.asarray(rec["value"], np.float32).reshape(rec["shape"])
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)  # NaN equals NaN here

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_tensor, tensor
+from conftest import assert_tensor
 
 import strategax as sx
 
@@ -105,7 +105,8 @@ def test_reduce_plain_value(n):
                 strategy.reduce(op, t, axis=axis)
         else:
             assert_tensor(strategy.reduce(op, t, axis=axis), want)
-    values = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.float32(ctx.replica_id_in_sync_group + 1))
+    values = strategy.experimental_distribute_values_from_function(
+        lambda ctx: jnp.float32(ctx.replica_id_in_sync_group + 1))
     for op, want in rec["string_ops_on_per_replica"].items():
         if "error" in want:
             with pytest.raises(ValueError):
@@ -148,7 +149,8 @@ def test_values_from_function_seed(n):
         with pytest.raises(IndexError):
             strategy.experimental_distribute_values_from_function(lambda ctx: array_value[ctx.replica_id_in_sync_group])
     else:
-        got = strategy.experimental_distribute_values_from_function(lambda ctx: array_value[ctx.replica_id_in_sync_group])
+        got = strategy.experimental_distribute_values_from_function(
+            lambda ctx: array_value[ctx.replica_id_in_sync_group])
         want = [r["value"] for r in example2["local_results"]]
         assert [float(v) for v in strategy.experimental_local_results(got)] == want
     got = strategy.experimental_distribute_values_from_function(lambda ctx: ctx.num_replicas_in_sync)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_names_this_line, assert_tensor, here, tensor
+from conftest import assert_names_this_line, assert_tensor, here
 
 import strategax as sx
 
@@ -416,8 +416,9 @@ def test_integer_mean_distributed_variable_raises(sync):
     strategy = mirrored(2)
     with strategy.scope():
         with pytest.raises(ValueError) as e:
+            synchronization, mean = getattr(sx.VariableSynchronization, sync), sx.VariableAggregation.MEAN
             line = here() + 1
-            sx.Variable(1, synchronization=getattr(sx.VariableSynchronization, sync), aggregation=sx.VariableAggregation.MEAN)
+            sx.Variable(1, synchronization=synchronization, aggregation=mean)
     assert_names_this_line(e, line)
 
 
@@ -534,7 +535,8 @@ def test_ragged_gather_of_nested_structure(n):
     got = strategy.gather({"x": x, "z": (x,)}, axis=0)
     assert_tree(got, {"x": single, "z": [single]})
     mean = strategy.reduce("MEAN", {"x": x, "x2": [x]}, axis=0)
-    assert_tree(mean, {"x": rec["reduce_mean_x_axis0_eager"]["value"], "x2": [rec["reduce_mean_x_axis0_eager"]["value"]]})
+    want = rec["reduce_mean_x_axis0_eager"]["value"]
+    assert_tree(mean, {"x": want, "x2": [want]})
 
 
 @pytest.mark.parametrize("case", ["reduce_sum_x_axis1", "reduce_sum_x_axisNone", "reduce_sum_y_axis0",

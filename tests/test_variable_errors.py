@@ -39,11 +39,11 @@ def test_assign_add_sum_sync_on_read_in_cross_replica_context():
     with st.scope():
         v = sx.Variable(1.0, synchronization=sx.VariableSynchronization.ON_READ, aggregation=sx.VariableAggregation.SUM)
         with pytest.raises(ValueError) as err:
-            line = here(); v.assign_add(1.0)  # noqa: E702
+            line = here(); v.assign_add(1.0)  # noqa: E702  here() names the line of the call
         assert_names_this_line(err, line)
         f = st.function(lambda: v.assign_sub(1.0))
         with pytest.raises(ValueError) as err:
-            line = here(); f()  # noqa: E702
+            line = here(); f()  # noqa: E702  here() names the line of the call
     assert [float(c) for c in v.values] == [1.0, 1.0]
 
 
@@ -62,7 +62,7 @@ def test_per_replica_value_passed_to_update():
         st.run(lambda: sx.get_replica_context().merge_call(merge_fn, args=(rid(),)))
     assert_names_this_line(err, line[0])
     with st.scope(), pytest.raises(ValueError) as err:
-        ln = here(); st.extended.update(v, lambda var, x: var.assign(x), args=(pr,))  # noqa: E702
+        ln = here(); st.extended.update(v, lambda var, x: var.assign(x), args=(pr,))  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, ln)
 
 
@@ -73,7 +73,7 @@ def test_per_replica_value_assigned_in_cross_replica_context():
         v = sx.Variable(1.0)
     pr = st.experimental_distribute_values_from_function(lambda ctx: float(ctx.replica_id_in_sync_group))
     with st.scope(), pytest.raises(ValueError) as err:
-        line = here(); v.assign(pr)  # noqa: E702
+        line = here(); v.assign(pr)  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
 
 
@@ -113,7 +113,7 @@ def test_sync_on_read_none_read_in_cross_replica_context():
     with st.scope():
         v = sx.Variable(1.0, synchronization="ON_READ", aggregation="NONE")
         with pytest.raises(ValueError) as err:
-            line = here(); v.read_value()  # noqa: E702
+            line = here(); v.read_value()  # noqa: E702  here() names the line of the call
     assert_names_this_line(err, line)
 
 

@@ -46,7 +46,8 @@ def configure() -> str | None:
     if _configured:
         return _configured[0]
     setting = os.environ.get(ENV, "").strip()
-    folder = jax.config.jax_compilation_cache_dir  # the user's own JAX setting wins
+    # the user's own JAX setting wins
+    folder = jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]  set by name at run time
     if folder is None and setting.lower() not in _OFF:
         path = Path(setting).expanduser() if setting else default_dir()
         problem = _unusable(path, private=not setting)

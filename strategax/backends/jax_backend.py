@@ -90,11 +90,11 @@ class Executable:
 
         body.__name__ = body.__qualname__ = module.name  # XLA's module: jit_<name>, in profiles too
 
-        mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(l.spec for l in in_layouts),
-                               out_specs=tuple(l.spec for l in out_layouts), check_vma=False,
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=tuple(lay.spec for lay in in_layouts),
+                               out_specs=tuple(lay.spec for lay in out_layouts), check_vma=False,
                                axis_names={AXIS})  # logical-device axes stay automatic
-        self.jitted = jax.jit(mapped, in_shardings=tuple(l.sharding for l in in_layouts),
-                              out_shardings=tuple(l.sharding for l in out_layouts),
+        self.jitted = jax.jit(mapped, in_shardings=tuple(lay.sharding for lay in in_layouts),
+                              out_shardings=tuple(lay.sharding for lay in out_layouts),
                               donate_argnums=tuple(donate_argnums))
 
     def __call__(self, *global_args) -> tuple:

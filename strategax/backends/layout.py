@@ -116,7 +116,8 @@ class ReplicaLayout:
             for dev in row:  # a replica of several logical devices holds a copy on each
                 piece = comp
                 if not (isinstance(piece, jax.Array) and piece.committed and piece.devices() == {dev}):
-                    piece = jax.device_put(np.asarray(piece, self.type.dtype) if not isinstance(piece, jax.Array) else piece, dev)
+                    piece = jax.device_put(
+                        np.asarray(piece, self.type.dtype) if not isinstance(piece, jax.Array) else piece, dev)
                 if piece.dtype != self.type.dtype:
                     piece = piece.astype(self.type.dtype)
                 if piece.shape != want:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import jax
 from jax._src import source_info_util
-from jax._src.lib import xla_client
+from jaxlib import xla_client
 
 from ..ir import Operation, is_collective
 

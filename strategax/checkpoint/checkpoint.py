@@ -5,8 +5,10 @@ checkpoint restores under any number of replicas and workers: restoring is a cro
 `assign`, which divides a SUM sync-on-read value among the replicas and gives MEAN and
 ONLY_FIRST_REPLICA ones the value as is (the seed's rule). Restore reads and checks everything
 (names, shapes, dtypes, digests) before it assigns anything, so a failed restore changes
-nothing. In a multi-worker job every worker calls `save` and `restore` (as in TensorFlow);
-worker 0 numbers and publishes the checkpoint and each worker writes its own part.
+nothing. In a multi-worker job every worker calls `save` and `restore` (as in TensorFlow),
+each with the folder it names: one folder for all is written by the chief (worker 0), a folder
+of its own by each worker (`_Save`). A relative path is taken from the working directory at
+`save` and `restore`.
 """
 from __future__ import annotations
 
@@ -21,13 +23,16 @@ from typing import Callable
 import jax
 import numpy as np
 
+from ..cluster import rendezvous
+from ..cluster import runtime as cluster_runtime
 from ..errors import CheckpointError
-from ..variables import Optimizer, Variable
+from ..variables import Optimizer, ShardedVariable, Variable
 from . import digest, names, paths, storage
 from .names import Path, shown
 from .status import CheckpointLoadStatus, InitializationOnlyStatus
 
 _in_flight: "weakref.WeakSet[Checkpoint]" = weakref.WeakSet()
+SAVE_WAIT_S = 300.0  # how long a save waits for the other workers without CommunicationOptions.timeout_seconds
 
 
 def _finish_async_saves() -> None:
@@ -113,8 +118,7 @@ class Checkpoint:
             return InitializationOnlyStatus()
         paths.check_path(save_path, "Checkpoint.restore")
         self.sync()
-        path = os.fspath(save_path)
-        _check_is_checkpoint(path)
+        path = _followed(os.fspath(save_path))
         meta, record = _read_metadata(path)
         objects = names.collect(self._objects)
         plan = _Plan(objects, meta, path)
@@ -127,91 +131,169 @@ class Checkpoint:
 
 
 class _Save:
-    """One save: claim a number (worker 0), write with orbax (every worker), publish."""
+    """One save: claim a number, write with orbax, publish.
+
+    In a multi-worker job every worker calls it, each naming its folder. The workers first
+    agree (`_agree`: every worker arrives, bounded) and the chief (worker 0) writes the one
+    checkpoint into its folder: the values are the same on every worker, and orbax writes host
+    values from process 0 only. A worker that names a folder of its own (TensorFlow's tutorial:
+    a temporary one it deletes after the save) publishes there a checkpoint that refers to the
+    chief's (`storage.write_reference`), which `restore` follows; no worker waits on a folder
+    that only another one creates. A synchronous save returns on every worker once the chief's
+    checkpoint is on disk, and fails on every worker if the chief's write failed."""
 
     def __init__(self, directory: str, name: str, number: int | None, entries: dict[Path, Variable],
                  asynchronous: bool, published: Callable[[], None] | None):
         self.entries, self.asynchronous, self.published = entries, asynchronous, published
-        self.processes = jax.process_count()
-        self.chief = jax.process_index() == 0
-        self.claim = paths.Claim(directory, name, number) if self.chief else None
-        if self.processes > 1:
-            number = self._agree(self.claim.number if self.claim else -1)
+        self.runtime = _runtime(entries) if jax.process_count() > 1 else None
+        self.chief = self.runtime is None or self.runtime.peers.index == 0
+        self.claim, self.chiefs = None, None  # this worker's number; the chief's checkpoint
+        if self.runtime is None:
+            self.claim = paths.Claim(directory, name, number)
         else:
-            number = self.claim.number
-        self.path = os.path.join(directory, f"{name}-{number}")
-        self.staging = os.path.join(directory, f"{paths.CLAIM}{number}", f"{name}-{number}")
+            self._agree(directory, name, number)
+        self.path = os.path.join(directory, f"{name}-{self.claim.number if self.claim else self.chiefs[1]}")
 
-    def _agree(self, number: int) -> int:
-        from jax.experimental import multihost_utils
+    def _agree(self, directory: str, name: str, number: int | None) -> None:
+        """Every worker arrives (bounded: the late are named); the chief, and every worker with
+        a folder of its own, claims a number; every worker learns the chief's checkpoint."""
+        what = f"saving checkpoint {os.path.join(directory, name)}-N"
+        saves = rendezvous.channel("checkpoint-save")
+        where = saves.all_gather(self.runtime, f"{os.path.realpath(directory)}{os.sep}{name}", what, self._bound())
+        failure, told = None, ""
+        if self.chief or where[self.runtime.peers.index] != where[0]:
+            try:
+                self.claim = paths.Claim(directory, name, number)
+                told = str(self.claim.number)
+            except Exception as e:  # noqa: BLE001 - the others must hear of it, not wait for a number
+                failure, told = e, f"{type(e).__name__}: {e}"
+        told = saves.all_gather(self.runtime, told, what, self._bound())[0]
+        if failure is not None:
+            raise failure
+        if not told.isdigit():
+            if self.claim:
+                self.claim.abandon()
+            raise CheckpointError(f"the chief (worker 0) could not save checkpoint {where[0]}-N: {told}",
+                                  "see worker 0's error")
+        self.chiefs = (f"{where[0]}-{told}", int(told))
 
-        return int(self._across_workers(lambda: multihost_utils.broadcast_one_to_all(np.int32(number))))
-
-    def _across_workers(self, fn):
-        """Run a step every worker takes together; a lost worker is named (WorkerLostError)."""
-        try:
-            return fn()
-        except Exception as e:
-            runtime = next((getattr(v._strategy, "_runtime", None) for v in self.entries.values()
-                            if getattr(v._strategy, "_runtime", None) is not None), None)
-            lost = runtime.lost_worker_error(f"saving a checkpoint failed ({str(e).splitlines()[0][:200]})") \
-                if runtime is not None else None
-            if lost is None:
-                raise
-            raise lost from e
+    def _bound(self) -> float:
+        return self.runtime.timeout if self.runtime.timeout is not None else SAVE_WAIT_S
 
     def run(self, ckpt: Checkpoint) -> str:
         try:
-            finish = self._across_workers(self._write)
+            arrays = self._values()  # every worker: a sync-on-read value is read across the workers
         except BaseException:
             if self.claim:
                 self.claim.abandon()
             raise
-        if self.asynchronous:
+        finish = self._refer
+        if self.chief:
+            try:
+                finish = self._write(arrays)
+            except BaseException as e:
+                self.claim.abandon()
+                self._tell_others(e)
+                raise
+        if self.asynchronous and self.claim:
             ckpt._in_background(lambda: self._complete(finish))
-        else:
+        elif self.claim:
             self._complete(finish)
-            if self.processes > 1:
-                from jax.experimental import multihost_utils
-
-                self._across_workers(lambda: multihost_utils.sync_global_devices(f"strategax save {self.path}"))
+        elif not self.asynchronous:
+            self._wait_for_chief()
         return self.path
 
-    def _write(self) -> Callable[[], None]:
-        """Hand orbax the arrays (and dispatch their digests); returns what completes the write."""
-        unique: dict[int, Variable] = {id(v): v for v in self.entries.values()}
+    def _values(self) -> dict[int, jax.Array | np.ndarray]:
+        """Each variable's cross-replica value; in a multi-worker job, this worker's copy on the
+        host (mirrored and aggregated values are the same on every worker)."""
         arrays = {}
-        for key, var in unique.items():
+        for var in {id(v): v for v in self.entries.values()}.values():
             value = var._store.global_value()
-            if self.processes > 1 and value.is_fully_addressable:
-                value = np.asarray(value)  # a variable outside any strategy: orbax writes it from worker 0
-            arrays[key] = value
-        finish = storage.write(self.staging, names.nest({p: arrays[id(v)] for p, v in self.entries.items()}),
+            if self.runtime is not None:
+                value = np.asarray(value if value.is_fully_addressable else value.addressable_shards[0].data)
+            arrays[id(var)] = value
+        return arrays
+
+    def _write(self, arrays: dict) -> Callable[[], None]:
+        """Hand orbax the arrays (and dispatch their digests); returns what completes the write."""
+        finish = storage.write(self.claim.staging, names.nest({p: arrays[id(v)] for p, v in self.entries.items()}),
                                asynchronous=self.asynchronous)
-        sums = digest.start(list(arrays.values()))  # queued behind orbax's copies, not before them
+        keys = list(arrays)
+        sums = digest.start([arrays[k] for k in keys])  # queued behind orbax's copies, not before them
 
         def complete() -> None:
             finish()
-            if self.claim:  # worker 0 records the digests; then the checkpoint can be published
-                by_var = dict(zip(unique, sums()))
-                storage.write_record(self.staging, {"digests": {names.dotted(p): by_var[id(v)]
-                                                                for p, v in self.entries.items()}})
+            by_var = dict(zip(keys, sums()))  # the digests are in: the checkpoint can be published
+            storage.write_record(self.claim.staging, {"digests": {names.dotted(p): by_var[id(v)]
+                                                                  for p, v in self.entries.items()}})
         return complete
+
+    def _refer(self) -> None:
+        """A worker with a folder of its own: once the chief's checkpoint is written (a
+        synchronous save), a checkpoint here that refers to it."""
+        if not self.asynchronous:
+            self._wait_for_chief()
+        storage.write_reference(self.claim.staging, self.chiefs[0])
 
     def _complete(self, finish: Callable[[], None]) -> None:
         try:
             finish()
-            if self.claim:
-                self.claim.publish()
-        except BaseException:
-            if self.claim:
-                self.claim.abandon()
+            self.claim.publish()
+        except BaseException as e:
+            self.claim.abandon()
+            if self.chief:
+                self._tell_others(e)
             raise
-        if self.claim and self.published is not None:
+        if self.chief:
+            self._tell_others(None)
+        if self.published is not None:
             self.published()
+
+    def _tell_others(self, error: BaseException | None) -> None:
+        """The chief of a synchronous multi-worker save: tell the others how its write ended."""
+        if self.runtime is not None and not self.asynchronous:
+            outcome = "ok" if error is None else f"{type(error).__name__}: {error}"
+            rendezvous.channel("checkpoint-saved").all_gather(self.runtime, outcome, "the end of a save",
+                                                              self._bound())
+
+    def _wait_for_chief(self) -> None:
+        """A worker but the chief: wait until the chief's checkpoint is on disk (while the chief
+        lives, up to SAVE_WAIT_S), and fail as the chief's write failed."""
+        outcome = rendezvous.channel("checkpoint-saved").all_gather(
+            self.runtime, "", f"waiting for the chief to write checkpoint {self.chiefs[0]}",
+            max(self._bound(), SAVE_WAIT_S))[0]
+        if outcome != "ok":
+            raise CheckpointError(f"the chief (worker 0) could not write checkpoint {self.chiefs[0]}: {outcome}",
+                                  "see worker 0's error")
+
+
+def _runtime(entries: dict[Path, Variable]):
+    """The multi-worker runtime the save waits through (its bound: the strategy's timeout)."""
+    for var in entries.values():
+        runtime = getattr(var._strategy, "_runtime", None)
+        if runtime is not None:
+            return runtime
+    runtime = cluster_runtime.current()
+    if runtime is None:
+        raise CheckpointError("this process is one of several JAX processes but no MultiWorkerMirroredStrategy "
+                              "joined them", "create the strategy first, as TensorFlow's tutorial does")
+    return runtime
 
 
 # --- restoring ------------------------------------------------------------------------------
+def _followed(path: str) -> str:
+    """The checkpoint to read for `path`: itself, or the chief's that it refers to."""
+    _check_is_checkpoint(path)
+    target = storage.reference(path)
+    if target is None:
+        return path
+    if not paths.is_checkpoint(target) or storage.reference(target) is not None:
+        raise CheckpointError(f"{path} refers to the chief's checkpoint {target} (a worker with a folder of its own "
+                              "saves a reference there), which is not a checkpoint here",
+                              "restore the chief's checkpoint folder, from a machine that can read it")
+    return target
+
+
 def _check_is_checkpoint(path: str) -> None:
     if paths.is_checkpoint(path):
         return
@@ -273,6 +355,11 @@ class _Plan:
             for var in unique:
                 prefix = names.slot_prefix(opt_path, var_paths[id(var)])
                 found = [p[len(prefix):] for p in meta if p[:len(prefix)] == prefix]
+                if found and isinstance(var, ShardedVariable):
+                    raise CheckpointError(
+                        f"checkpoint {path} holds optimizer state for {shown(var_paths[id(var)])!r}, here a "
+                        "sharded variable: optimizer state of sharded variables cannot be restored yet",
+                        "restore the model without the optimizer, or into an unsharded variable")
                 if opt.has_slots(var):
                     want = {sp for v, sp, _ in opt.slot_variables() if v is var}
                 else:

@@ -5,7 +5,8 @@ non-slot variables at `o + ("iterations",)` (with a dynamic loss scale also
 `o + ("loss_scale", "current_loss_scale")` and `o + ("loss_scale", "good_steps")`) and each
 slot at `o + ("slots",) + <its variable's path> + <optax state path>`, e.g.
 `("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
-path joined with "." (`params.w1`), so two paths that join to the same name, a key that is not
+path joined with "." (`params.w1`), so two paths that join to the same name (with "/" read as
+a separator too, as storage paths and TensorFlow read it), a key that is not
 a non-empty string, or a slot whose variable the checkpoint does not hold cannot be stored
 faithfully: they raise `CheckpointError` at save time instead of losing a value.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import CheckpointError
-from ..variables import Optimizer, Variable
+from ..variables import Optimizer, ShardedVariable, Variable
 
 Path = tuple[str, ...]
 
@@ -52,7 +53,7 @@ def collect(objects: dict) -> Objects:
 
 
 def _walk(path: Path, obj: Any, out: Objects) -> None:
-    if isinstance(obj, Variable):
+    if isinstance(obj, (Variable, ShardedVariable)):  # a sharded one is stored whole
         out.variables[path] = obj
     elif isinstance(obj, Optimizer):
         out.optimizers[path] = obj
@@ -75,10 +76,17 @@ def stored(objects: Objects) -> dict[Path, Variable]:
     """Every entry the checkpoint stores, by path; raises on names orbax cannot keep apart."""
     entries = dict(objects.variables)
     paths = objects.path_of()
+    shards = {id(s): path for path, v in objects.variables.items() if isinstance(v, ShardedVariable)
+              for s in v.variables}
     for opt_path, opt in objects.optimizers.items():
         for sub_path, var in opt.non_slot_variables().items():
             entries[opt_path + sub_path] = var
         for var, state_path, slot in opt.slot_variables():
+            if id(var) in shards:
+                raise CheckpointError(
+                    f"optimizer {shown(opt_path)!r} keeps state for {var.name!r}, a shard of sharded variable "
+                    f"{shown(shards[id(var)])!r}: optimizer state of sharded variables cannot be stored yet",
+                    "checkpoint the model without the optimizer (its variables restore into any sharding)")
             if id(var) not in paths:
                 raise CheckpointError(
                     f"optimizer {shown(opt_path)!r} keeps state for variable {var.name!r}, which this "
@@ -93,15 +101,22 @@ def slot_prefix(opt_path: Path, var_path: Path) -> Path:
     return opt_path + ("slots",) + var_path
 
 
+def flat_name(path: Path) -> str:
+    """The one name a path flattens to where "." or "/" separates the levels (orbax joins them with
+    ".", TensorFlow and storage paths with "/"): `("a/b",)`, `("a.b",)` and `("a", "b")` are one."""
+    return ".".join(path).replace("/", ".")
+
+
 def check_names(paths) -> None:
-    """Two paths orbax would store under one name (`{"a.b": x, "a": {"b": y}}`) are an error."""
+    """Two paths that flatten to one name (`{"a/b": x, "a": {"b": y}}`) are an error."""
     seen: dict[str, Path] = {}
     for path in paths:
-        other = seen.setdefault(dotted(path), path)
+        other = seen.setdefault(flat_name(path), path)
         if other != path:
             raise CheckpointError(
-                f"sx.Checkpoint entries {shown(other)!r} and {shown(path)!r} would be stored under one "
-                f"name ({dotted(path)!r}): one of them would be lost", "rename one of them")
+                f"sx.Checkpoint entries {list(other)} and {list(path)} flatten to one name "
+                f"({flat_name(path)!r}, levels joined by '.' or '/'): one of them could be lost",
+                "rename one of them (keys without '.' or '/' never collide)")
 
 
 def nest(flat: dict[Path, Any]) -> dict:

@@ -5,9 +5,10 @@
 in the prefix's directory. N is one more than the largest number in the directory, taken by
 renaming a fresh folder (named after its owner) to `.sx-claim-N`, which fails when that claim
 exists, so two savers never hold the same N; orbax writes the checkpoint inside the claim, and
-it is published with one `rename` to its final name, so `name-N` only ever names a complete checkpoint. A claim whose owner process is
-gone (killed mid-save) is removed by the next save in that directory, as is the trash of
-checkpoints a manager deleted (renamed away first, so deletion is atomic too).
+it is published with one `rename` to its final name, so `name-N` only ever names a complete
+checkpoint. A claim whose owner process is gone (killed mid-save) is removed by the next save in
+that directory, as is the trash of checkpoints a manager deleted (renamed away first, so deletion
+is atomic too).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import socket
 import uuid
 
 from ..errors import CheckpointError, DistributionTypeError
+from . import storage
 
 NUMBERED = re.compile(r"(?P<name>[^.].*)-(?P<number>\d+)\Z")
 CLAIM, NEW, TRASH = ".sx-claim-", ".sx-new-", ".sx-trash-"
@@ -26,8 +28,9 @@ OWNER = "owner"
 
 
 def is_checkpoint(path: str) -> bool:
-    """Whether `path` is one (orbax) checkpoint folder rather than a folder of them."""
-    return os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA"))
+    """Whether `path` is one checkpoint folder (orbax's, or a reference to another worker's)
+    rather than a folder of them."""
+    return os.path.isfile(os.path.join(path, "_CHECKPOINT_METADATA")) or storage.reference(path) is not None
 
 
 def resolve(target: str) -> tuple[str, str]:

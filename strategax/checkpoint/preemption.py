@@ -24,6 +24,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from ..cluster import rendezvous
 from ..errors import CheckpointError
 from ..variables import Variable
 from .checkpoint import Checkpoint
@@ -107,8 +108,9 @@ class PreemptionCheckpointHandler:
             if self._save_at != self._run_counter:
                 return
             signal.signal(signal.SIGTERM, self._previous)
-        path = self._manager.save(check_interval=False)
-        self._manager.sync()
+        with rendezvous.preemption_save():  # the notice asks for this save: it must not stop it
+            path = self._manager.save(check_interval=False)
+            self._manager.sync()
         print(f"strategax: preemption notice: saved {path} after {self._run_counter} runs; exiting",
               file=sys.stderr, flush=True)
         self._exit_fn()

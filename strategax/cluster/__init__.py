@@ -4,9 +4,10 @@ from .base import ClusterResolver, SimpleClusterResolver
 from .cluster_spec import ClusterSpec
 from .errors import ClusterConfigError, ClusterStartError
 from .peers import Peers
+from .ray import RayClusterResolver
 from .runtime import WorkerLostError, WorkerRuntime
 from .startup import join
 from .tf_config import TFConfigClusterResolver
 
-__all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "ClusterStartError", "Peers",
+__all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "ClusterStartError", "Peers", "RayClusterResolver",
            "SimpleClusterResolver", "TFConfigClusterResolver", "WorkerLostError", "WorkerRuntime", "join"]

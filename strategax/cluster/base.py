@@ -41,7 +41,8 @@ class ClusterResolver:
         rules: at most one chief; the jobs' task indices run 0..n-1 without gaps)."""
         spec = self.cluster_spec()
         if spec.num_tasks("chief") > 1:
-            raise ClusterConfigError(f"the cluster has {spec.num_tasks('chief')} \"chief\" tasks; there must be at most one",
+            raise ClusterConfigError(f"the cluster has {spec.num_tasks('chief')} \"chief\" tasks; "
+                                     "there must be at most one",
                                      'list one chief, and the other tasks under "worker"')
         for job in WORKER_JOBS:
             indices = spec.task_indices(job)
@@ -49,7 +50,7 @@ class ClusterResolver:
                 raise ClusterConfigError(
                     f"job {job!r} has the task indices {indices}; MultiWorkerMirroredStrategy needs "
                     f"0 to {len(indices) - 1} without gaps", f"number the {job} tasks 0, 1, 2, ...")
-        return [a for job in WORKER_JOBS for a in spec.job_tasks(job)]
+        return [spec.task_address(job, i) for job in WORKER_JOBS for i in spec.task_indices(job)]
 
     def worker_tasks(self) -> list[tuple[str, int]]:
         """(task type, task index) of each of `worker_addresses()`."""

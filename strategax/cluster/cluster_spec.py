@@ -8,6 +8,15 @@ from .address import parse_address
 from .errors import ClusterConfigError
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1"}  # one machine's own names: "localhost:1" is "127.0.0.1:1"
+
+
+def _host_key(host: str) -> str:
+    """What two task addresses must differ in (case aside, and the loopback's names as one)."""
+    host = host.lower()
+    return "localhost" if host in _LOOPBACK else host
+
+
 def _task_index(key, field: str) -> int:
     """A sparse job's task key: an int, or (JSON has only string keys) a string of digits."""
     if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
@@ -19,7 +28,7 @@ def _task_index(key, field: str) -> int:
                              'or list them: ["host:port", ...]')
 
 
-class ClusterSpec:
+class ClusterSpec:  # noqa: PLW1641  compared by value, hence unhashable, like tf.train.ClusterSpec
     """The tasks of a cluster by job name (`{"worker": ["host:port", ...], "chief": [...]}`, or
     TensorFlow's sparse form `{"worker": {0: "host:port", 3: "host:port"}}`)."""
 
@@ -55,7 +64,7 @@ class ClusterSpec:
             for index, address in items:
                 where = f"{field}[{index}]"
                 host, port = parse_address(address, where)
-                other = seen.setdefault((host.lower(), port), where)
+                other = seen.setdefault((_host_key(host), port), where)
                 if other != where:
                     raise ClusterConfigError(f"{where} and {other} have the same address {address!r}",
                                              "give every task its own host:port")

@@ -51,8 +51,10 @@ class Peers:
             time.sleep(pause)
         return dead, slow
 
-    def lost_message(self, what: str, dead, slow=()) -> str:
+    def lost_message(self, what: str, dead, slow=(), absent=()) -> str:
         parts = [f"{self.describe(i)} was lost (its process is gone)" for i in dead]
         parts += [f"{self.describe(i)} does not answer" for i in slow]
+        parts += [f"{self.describe(i)} did not arrive (it is alive, elsewhere in the program: every "
+                  "worker must make the same saves and steps, in the same order)" for i in absent]
         who = "; ".join(parts) or "no peer was found dead; a peer may be hanging"
         return f"{self.me()}: {what}: {who}. {RESTART}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import sys
 import threading
 import time
@@ -26,11 +27,20 @@ CHECK_S = 1.0  # how often the peers are pinged while a step is in flight
 
 
 class WorkerLostError(RuntimeError):
-    """A worker of a multi-worker job died or stopped answering during a step."""
+    """A worker of a multi-worker job died, stopped answering, or did not arrive where every
+    worker must (a step, a cross-worker read, a checkpoint save) within the bound."""
 
     def __init__(self, message: str, lost=()):
         super().__init__(message)
         self.lost = tuple(lost)
+
+
+_latest: "WorkerRuntime | None" = None  # this process's newest runtime (all share the job's peers)
+
+
+def current() -> "WorkerRuntime | None":
+    """The runtime of this process's multi-worker job, or None in a one-process program."""
+    return _latest
 
 
 class WorkerRuntime:
@@ -39,12 +49,14 @@ class WorkerRuntime:
     def __init__(self, peers: Peers, timeout_seconds: float | None, server=None):
         self.peers, self.timeout = peers, timeout_seconds
         self._server = server  # answers pings (kept alive with the runtime)
-        self._failed = False
+        self._exit_code = 0  # non-zero once this worker knows the job cannot go on
         self._started: set = set()
         self._inflight = False  # a step is running
         self._next_check = 0.0  # when the watchdog pings the peers next
         self._deadline: float | None = None  # when the step in flight outlives its bound
         self._cond = threading.Condition()
+        global _latest
+        _latest = self
         start_watcher(peers)
         atexit.register(self._exit_if_failed)  # runs before jax.distributed's shutdown barrier
         threading.Thread(target=self._watch, name="strategax-watchdog", daemon=True).start()
@@ -55,10 +67,25 @@ class WorkerRuntime:
         dead, slow = self.peers.find_lost()
         if not dead and not slow:
             return None
-        message, lost = self.peers.lost_message(what, dead, slow), dead + slow
-        self._failed = True
+        return self.named_error(what, dead, slow)
+
+    def named_error(self, what: str, dead, slow=(), absent=()) -> WorkerLostError:
+        """The WorkerLostError naming these peers (printed; this process will exit non-zero)."""
+        message = self.peers.lost_message(what, dead, slow, absent)
+        self.fail()
         print(message, file=sys.stderr, flush=True)
-        return WorkerLostError(message, lost)
+        return WorkerLostError(message, [*dead, *slow, *absent])
+
+    def late_error(self, what: str, late) -> WorkerLostError:
+        """The WorkerLostError for peers that did not arrive in time: dead, silent or elsewhere."""
+        states = self.peers.probe_all()
+        return self.named_error(what, [i for i in late if states[i] == "dead"],
+                                [i for i in late if states[i] == "unresponsive"],
+                                [i for i in late if states[i] == "alive"])
+
+    def fail(self, code: int = 1) -> None:
+        """The job cannot go on: this process exits with `code`, skipping JAX's shutdown barrier."""
+        self._exit_code = self._exit_code or code
 
     # --- bounding a step ------------------------------------------------------------------
     def call(self, fn: Callable, key):
@@ -74,11 +101,13 @@ class WorkerRuntime:
             self._cond.notify()
         try:
             return jax.block_until_ready(fn())
-        except jax.errors.JaxRuntimeError as e:
-            lost = self.lost_worker_error(f"a collective failed ({str(e).splitlines()[0][:200]})")
+        except Exception as e:
+            if not _collective_failure(e):
+                raise
+            lost = self.lost_worker_error(f"a collective failed ({_first_line(e)})")
             if lost is None:
                 raise
-            raise lost from e
+            raise lost from None  # the collective's own error says less than the message
         finally:
             with self._cond:
                 self._inflight, self._deadline = False, None
@@ -116,8 +145,21 @@ class WorkerRuntime:
         os._exit(1)
 
     def _exit_if_failed(self) -> None:
-        if self._failed:  # skip jax.distributed's shutdown barrier: a peer can never reach it
+        if self._exit_code:  # skip jax.distributed's shutdown barrier: a peer can never reach it
             sys.stdout.flush()
             sys.stderr.flush()
             stand_down()
-            os._exit(1)
+            os._exit(self._exit_code)
+
+
+def _collective_failure(e: Exception) -> bool:
+    """An error of the runtime under a program (jaxlib raises gloo's failures as ValueError)."""
+    return isinstance(e, jax.errors.JaxRuntimeError) or "gloo" in str(e).lower()
+
+
+def _first_line(e: Exception) -> str:
+    """The cause in short: gloo's reason without its source location and address."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "gloo" in text.lower() and "] " in text:
+        return "gloo: " + re.sub(r"\s*\[[^\]]*\]:\d+", "", text.split("] ", 1)[1])[:200]
+    return text[:200]

@@ -157,7 +157,7 @@ def _gloo_bound_to(host: str):
     """JAX creates gloo's TCP transport with no host, so it listens on the address the machine's
     hostname resolves to; give it this worker's TF_CONFIG host instead (jaxlib 0.10.2 reads
     `make_gloo_tcp_collectives` when the CPU backend starts)."""
-    from jax._src.lib import _jax
+    from jaxlib import _jax
 
     original = _jax.make_gloo_tcp_collectives
 
@@ -189,6 +189,7 @@ def join(peers: Peers, heartbeat_s: int, timeout: float = JOIN_TIMEOUT_S) -> Ser
         reason = f"could not join the coordination service at {peers.addresses[0]} ({str(e).splitlines()[0][:200]})"
         notify(peers, [i for i in peers.others if i > 0], reason, window=2.0)
         raise ClusterStartError(f"strategax: {peers.describe(peers.index)} {reason}",
-                                "check that every worker runs and that worker 0's port is free; restart the job") from None
+                                "check that every worker runs and that worker 0's port is free; "
+                                "restart the job") from None
     handler.phase = "running"
     return server

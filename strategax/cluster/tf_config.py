@@ -42,8 +42,9 @@ def _load_tf_config() -> dict:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ClusterConfigError(f"TF_CONFIG is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): {text[:200]!r}",
-                                 'set it to json.dumps({"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}})') from None
+        raise ClusterConfigError(
+            f"TF_CONFIG is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): {text[:200]!r}",
+            'set it to json.dumps({"cluster": {"worker": [...]}, "task": {"type": "worker", "index": 0}})') from None
     if not isinstance(config, dict):
         raise ClusterConfigError(f"TF_CONFIG must be a JSON object, not {type(config).__name__}: {text[:200]!r}",
                                  'set it to {"cluster": {...}, "task": {...}}')

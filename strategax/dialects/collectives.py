@@ -68,7 +68,7 @@ declare(OpDef("sx.constant", "A literal array, the same on every replica.", num_
 def _lower_constant(op, args, ctx):
     value = op.attrs["value"]
     if isinstance(value, Splat):  # a broadcast scalar in the program, never a host array
-        return [jnp.full(value.shape, value.value, value.dtype)]
+        return [jnp.full(value.shape, np.asarray(value.value), value.dtype)]
     return [jnp.asarray(value)]
 
 
@@ -155,7 +155,7 @@ def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, co
     `compression` ("bf16", "f16") one that `compress-collectives` reads, kept only where it
     can apply: a SUM or MEAN of a float type wider than it."""
     x = jnp.asarray(x)
-    extra = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
+    extra: dict[str, int | str] = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
     if compression is not None and compressible(op, x.dtype):
         extra["compression"] = compression
     return all_reduce_p.bind(x, op=op, reason=reason, **extra)
@@ -170,7 +170,8 @@ def compressible(op: str, dtype) -> bool:
 # --- sx.convert: a collective's payload in another float type (compress-collectives) -------
 def _verify_convert(op: Operation) -> str | None:
     src, dst = op.operands[0].type, op.results[0].type
-    if src.shape != dst.shape or not (jnp.issubdtype(src.dtype, jnp.floating) and jnp.issubdtype(dst.dtype, jnp.floating)):
+    floats = jnp.issubdtype(src.dtype, jnp.floating) and jnp.issubdtype(dst.dtype, jnp.floating)
+    if src.shape != dst.shape or not floats:
         return f"sx.convert changes a float type only, not {src} to {dst}"
     return None
 

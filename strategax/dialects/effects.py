@@ -24,7 +24,7 @@ class CollectiveEffect(jax_effects.Effect):
 
 class InputEffect(jax_effects.Effect):
     """Takes the next batch from an input iterator, or marks an `sx.range` loop: trace-time
-    only, turned into program inputs and a loop before the IR is made (`trace/outline.py`)."""
+    only, turned into program inputs and a loop before the IR is made (`trace/batches/outline.py`)."""
 
     def __str__(self) -> str:
         return "StrategaxInput"

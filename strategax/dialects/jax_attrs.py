@@ -97,7 +97,8 @@ def constant(type_name: str, member: str, value: Any) -> None:
 
 # --- JAX parameter -> attribute -------------------------------------------------------------
 _PLAIN = (type(None), bool, int, float, str)
-_IR_DATA = (SymbolRef, EnumAttr, PrimitiveRef, Record, Held, Splat, Subprogram)  # already attributes (strategax's own params)
+# already attributes (strategax's own params)
+_IR_DATA = (SymbolRef, EnumAttr, PrimitiveRef, Record, Held, Splat, Subprogram)
 
 
 def to_attr(value: Any, jaxpr: Callable[[Any], Any] | None = None) -> Any:
@@ -311,7 +312,8 @@ def _flat_trees() -> None:
     record_type(ft.FTTuple, lambda t: [("elts", tuple(t.elts))], lambda f: ft.FTTuple(*f["elts"]))
     record_type(ft.FTDict, lambda t: [("keys", tuple(t.keys)), ("vals", tuple(t._vals))],
                 lambda f: ft.FTDict(f["keys"], f["vals"]))
-    record_type(ft.FTPyTree, lambda t: [("xs", tuple(t.xs)), ("tree", t.tree)], lambda f: ft.FTPyTree(f["xs"], f["tree"]))
+    record_type(ft.FTPyTree, lambda t: [("xs", tuple(t.xs)), ("tree", t.tree)],
+                lambda f: ft.FTPyTree(f["xs"], f["tree"]))
     for case in (ft.FTSingleton, ft.FTStatic, ft.FTFiltered):
         record_type(case, lambda t: [("val", t.val)], lambda f, case=case: case(f["val"]))
     record_type(Either)

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax import core as jax_core
 
-from ..ir import OpDef, Operation, Splat, Subprogram, add_resolver, dense_array, dtype_name, lookup
+from ..ir import OpDef, Operation, Splat, Subprogram, add_resolver, declaration, dense_array, dtype_name
 from .jax_attrs import AttrError, from_attr
 from .primitives import find_primitive
 
@@ -69,7 +69,7 @@ _EVALUATED: dict[tuple, "tuple | str"] = {}
 
 
 def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ...] | str":
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     big = [k for k, v in op.attrs.items() if isinstance(v, Splat) and v.size > MAX_SPLAT_PARAM]
     if big:
         return f"attribute `{big[0]}` is a splat of more than {MAX_SPLAT_PARAM} elements"
@@ -118,7 +118,7 @@ def bind_params(op: Operation, args: list) -> dict:
     """The JAX parameters of op's primitive, as its equation in a jaxpr holds them: its
     attributes as JAX objects (`jax_attrs.from_attr`) plus derived ones; AttrError when an
     attribute names something this process does not know."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     derive = DERIVED_PARAMS.get(prim.name)
     params = {}
     for k, v in op.attrs.items():
@@ -163,19 +163,19 @@ def subprogram_jaxpr(sub: Subprogram):
 def bind(op: Operation, args: list):
     """Bind op's primitive on `args` as `jax.core.eval_jaxpr` re-binds an equation (a call-like
     primitive gets its sub-program back as a function: `get_bind_params`)."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     return prim.bind(*args, **prim.get_bind_params(bind_params(op, args)))
 
 
 def generic_lowering(op: Operation, args: list, ctx) -> list:
     """Re-bind the JAX primitive with the op's attributes as its parameters."""
     out = bind(op, args)
-    return list(out) if lookup(op.name).primitive.multiple_results else [out]
+    return list(out) if declaration(op).primitive.multiple_results else [out]
 
 
 def generic_reference(op: Operation, args: list[list], ctx) -> list[list]:
     """The primitive bound on each replica's values in turn."""
-    prim = lookup(op.name).primitive
+    prim = declaration(op).primitive
     per_replica = []
     for r in range(ctx.num_replicas):
         per_replica.append(bind(op, [x[r] for x in args]))

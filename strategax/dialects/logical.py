@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import jax
 from jax._src.interpreters import mlir
-from jax._src.lib.mlir import dialects as mlir_dialects
+from jaxlib.mlir.dialects import sdy
 from jax._src.named_sharding import SdyArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
@@ -95,7 +95,7 @@ def _lower_maximal(ctx, x, *, device):
     if not config.use_shardy_partitioner.value:
         return [x]  # GSPMD: no maximal constraint inside shard_map; the value stays replicated
     attr = SdyArray(mesh_shape=(), dim_shardings=(), logical_device_ids=(device,))
-    return [mlir_dialects.sdy.sharding_constraint(x, attr.build(ctx.module_context.sharding_attr_cache))]
+    return [sdy.sharding_constraint(x, attr.build(ctx.module_context.sharding_attr_cache))]
 
 
 mlir.register_lowering(maximal_p, _lower_maximal)
@@ -119,7 +119,7 @@ def constrain(x, sharding: Sharding, ctx, closed: bool = True):
     if sharding.kind == "device":
         return maximal_p.bind(x, device=int(sharding.device))
     free = None if closed else PartitionSpec.UNCONSTRAINED
-    spec = PartitionSpec(*[(d if len(d) > 1 else d[0]) if d else free for d in sharding.axes]) \
+    spec = PartitionSpec(*[(d[0] if len(d) == 1 else d) if d else free for d in sharding.axes]) \
         if sharding.kind == "split" else PartitionSpec()
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
 

@@ -55,7 +55,7 @@ def fill_value(fill: str, dtype) -> np.generic:
     """The value `fill` names for `dtype` (max/min: +-inf for floats, the extremes for ints)."""
     dtype = np.dtype(dtype)
     if fill in ("zero", "one"):
-        return np.asarray(fill == "one").astype(dtype)[()]
+        return dtype.type(fill == "one")
     if dtype == np.bool_:
         return np.bool_(fill == "max")
     if np.issubdtype(dtype, np.integer):
@@ -68,7 +68,7 @@ def _lower_mask(op, args, ctx):
     x, count = args
     axis = op.attrs["axis"]
     keep = lax.broadcasted_iota(jnp.int32, x.shape, axis) < count.astype(jnp.int32)
-    return [lax.select(keep, x, jnp.full(x.shape, fill_value(op.attrs["fill"], x.dtype), x.dtype))]
+    return [lax.select(keep, x, jnp.full(x.shape, np.asarray(fill_value(op.attrs["fill"], x.dtype)), x.dtype))]
 
 
 def _reference_mask(op, args, ctx):

@@ -13,7 +13,8 @@ _DEVICE = re.compile(r"^(?:/job:[^/]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:devic
 
 
 def resolve_device(spec: Any) -> jax.Device:
-    """One device from a jax.Device or a string like "CPU:0", "gpu:1", "/job:localhost/replica:0/task:0/device:CPU:3"."""
+    """One device from a jax.Device or a string like "CPU:0", "gpu:1",
+    "/job:localhost/replica:0/task:0/device:CPU:3"."""
     if isinstance(spec, jax.Device):
         return spec
     if not isinstance(spec, str):

@@ -66,7 +66,7 @@ def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None, top_le
             "there too", "call merge_call at the top level of the replica function (move the loop "
             "or cond into merge_fn, or around strategy.run); optimizer.apply_gradients and "
             "variable updates work inside loops")
-    leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731
+    leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731  a one-line predicate
     wrapped_args, wrapped_kwargs = jax.tree_util.tree_map(_to_per_replica, (tuple(args), kwargs), is_leaf=leaf)
     with _context.push(strategy, None, in_merge=True):
         result = merge_fn(strategy, *wrapped_args, **wrapped_kwargs)

@@ -75,8 +75,9 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         if cluster_resolver is None:
             cluster_resolver = TFConfigClusterResolver()
         if not isinstance(cluster_resolver, ClusterResolver):
-            raise DistributionValueError(f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",
-                                         "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
+            raise DistributionValueError(
+                f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",
+                "pass sx.cluster_resolver.TFConfigClusterResolver() or a SimpleClusterResolver")
         if communication_options is None:
             communication_options = CommunicationOptions()
         check_type(communication_options, CommunicationOptions, "communication_options",
@@ -111,7 +112,7 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         (as TensorFlow broadcasts the chief's), whatever value this worker computed."""
         if self._runtime is not None:
             key = ("initial value", tuple(initial.shape), str(initial.dtype))
-            initial = self._runtime.call(lambda: first_replica_value(self._mesh, initial), key)
+            initial = self._across_workers(lambda: first_replica_value(self._mesh, initial), key)
         return VarBuffer(var, initial)
 
     def _execute(self, executable, args: list) -> Any:
@@ -119,6 +120,9 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
             return executable(*args)
         args = [_globalize(a, lay) for a, lay in zip(args, executable.in_layouts)]
         return self._runtime.call(lambda: executable(*args), id(executable))
+
+    def _across_workers(self, fn, key) -> Any:
+        return fn() if self._runtime is None else self._runtime.call(fn, key)
 
     def __repr__(self) -> str:
         return (f"MultiWorkerMirroredStrategy(worker {self._worker_index} of {self._num_workers}, "

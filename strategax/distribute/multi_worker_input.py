@@ -1,66 +1,40 @@
 """Input for a multi-worker strategy: each worker feeds only its own replicas.
 
-`experimental_distribute_dataset` is the common one (`input.dataset`, shared between the
-workers by `input.shard` as TensorFlow's AutoShardPolicy says). Here: `dataset_fn` runs once
-per worker with `InputContext.input_pipeline_id` = the worker index, and its elements are
-dealt to that worker's replicas.
+`experimental_distribute_dataset` is shared between the workers by `input.shard` as
+TensorFlow's AutoShardPolicy says; `distribute_datasets_from_function` runs `dataset_fn` once
+per worker with `InputContext.input_pipeline_id` = the worker index and deals its elements to
+that worker's replicas (`input.from_function.across_workers`), the workers agreeing on each
+step through `_input_exchange`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import jax
-import numpy as np
 
 from .. import _context
-from ..input.context import InputContext
+from ..cluster import rendezvous
+from ..cluster.runtime import STARTUP_SLACK_S
+from ..input.prefetch import stopping
 from ..trace.distributed_values import PerReplica, regroup
 from .strategy import ValueContext
-
-
-def _per_replica(strategy, pieces: list) -> Any:
-    devices = [strategy._devices[i] for i in strategy._local_replica_ids]
-    placed = [jax.tree_util.tree_map(lambda x, d=d: jax.device_put(np.asarray(x), d), p)
-              for p, d in zip(pieces, devices)]
-    leaves = [jax.tree_util.tree_leaves(p) for p in placed]
-    treedef = jax.tree_util.tree_structure(placed[0])
-    return strategy._finalize_outputs(jax.tree_util.tree_unflatten(treedef, [PerReplica(c) for c in zip(*leaves)]))
-
-
-class _WorkerFunctionDataset:
-    """Deals the elements of this worker's pipeline to its replicas, one element each per step."""
-
-    def __init__(self, strategy, dataset):
-        self._strategy, self._dataset = strategy, dataset
-
-    def __iter__(self):
-        k = len(self._strategy._local_replica_ids)
-        it = iter(self._dataset)
-        while True:
-            step = []
-            for element in it:
-                step.append(element)
-                if len(step) == k:
-                    break
-            if not step:
-                return
-            empty = jax.tree_util.tree_map(lambda x: np.asarray(x)[:0], step[-1])
-            yield _per_replica(self._strategy, step + [empty] * (k - len(step)))
-            if len(step) < k:
-                return
 
 
 class MultiWorkerInputMixin:
     """experimental_distribute_dataset / distribute_datasets_from_function, per worker."""
 
-    def distribute_datasets_from_function(self, dataset_fn: Callable, options=None):
-        """`dataset_fn(InputContext)` once for this worker; its elements go to this worker's replicas
-        (a final step with fewer elements than local replicas gives the rest empty batches)."""
+    def _input_exchange(self) -> Callable[[str], list[str]] | None:
+        """A new iterator's step-by-step agreement with the other workers (their lines, in worker
+        order): bounded like a step, named when a worker is lost, given up when the iterator is."""
         if self._runtime is None:
-            return super().distribute_datasets_from_function(dataset_fn, options)
-        ctx = InputContext(num_input_pipelines=self._num_workers, input_pipeline_id=self._worker_index,
-                           num_replicas_in_sync=self.num_replicas_in_sync)
-        return _WorkerFunctionDataset(self, dataset_fn(ctx))
+            return None
+        runtime, steps = self._runtime, rendezvous.new_channel("input")
+        bound = None if runtime.timeout is None else runtime.timeout + STARTUP_SLACK_S
+
+        def exchange(line: str) -> list[str]:
+            return steps.all_gather(runtime, line, "an input step (distribute_datasets_from_function)", bound,
+                                    cancelled=stopping)
+        return exchange
 
     def _input_pipeline(self) -> tuple[int, int]:
         """(number of input pipelines, this process's): one per worker."""
@@ -71,6 +45,7 @@ class MultiWorkerInputMixin:
         if self._runtime is None or _context.is_tracing():
             return super().experimental_distribute_values_from_function(value_fn)
         n = self.num_replicas_in_sync
-        values = [jax.tree_util.tree_map(lambda x, d=self._devices[i]: jax.device_put(x, d), value_fn(ValueContext(i, n)))
+        values = [jax.tree_util.tree_map(lambda x, d=self._devices[i]: jax.device_put(x, d),
+                                         value_fn(ValueContext(i, n)))
                   for i in self._local_replica_ids]
         return self._finalize_outputs(regroup(values, PerReplica, "value_fn result"))

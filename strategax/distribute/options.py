@@ -1,4 +1,5 @@
-"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and implemented, as in TensorFlow."""
+"""`CommunicationOptions` and `CommunicationImplementation`: how collectives are packed, bounded and
+implemented, as in TensorFlow."""
 from __future__ import annotations
 
 import enum
@@ -42,7 +43,10 @@ class CommunicationOptions:
     def __post_init__(self):
         check_int(self.bytes_per_pack, "bytes_per_pack", minimum=0)
         c = self.compression
-        if c is not None and (not isinstance(c, str) or c.lower() not in COMPRESSIONS + ("none",)):
+        if c is not None and not isinstance(c, str):
+            raise DistributionTypeError(f"compression must be a string or None, not {type(c).__name__} {c!r:.40}",
+                                        'pass compression="bf16" (or "f16") to send reductions in that type')
+        if c is not None and c.lower() not in COMPRESSIONS + ("none",):
             raise DistributionValueError(f"compression must be one of {', '.join(map(repr, COMPRESSIONS))}, "
                                          f"'none' or None, not {c!r:.40}",
                                          'pass compression="bf16" (or "f16") to send reductions in that type')

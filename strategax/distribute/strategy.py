@@ -19,9 +19,10 @@ from ..input.from_function import DatasetsFromFunction
 from ..input.numpy_dataset import Dataset
 from ..input.options import InputOptions
 from ..trace import StrategyFunction
-from ..trace.signature import check_input_signature
+from ..trace.signature import check_input_signature, result_array
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key, named_parts
+from ..trace.batches import LocalResult
 from ..trace.retracing import Detector
 from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
                                         local_value, regroup)
@@ -146,6 +147,11 @@ class Strategy(LogicalDevicesMixin):
 
     _execute._runs_directly = True  # a cached call may call the jax.jit function itself (trace/fast_call.py)
 
+    def _across_workers(self, fn: Callable, key) -> Any:
+        """Run `fn`, a program every worker runs together outside a compiled step (a multi-worker
+        strategy bounds it and names a lost worker); `key` identifies the program."""
+        return fn()
+
     def _ir_module_attrs(self) -> dict:
         """Extra attributes for the modules this strategy compiles (none by default)."""
         return {}
@@ -212,8 +218,10 @@ class Strategy(LogicalDevicesMixin):
         local_args, local_kwargs = _tree_map_distributed(self._to_local, (tuple(args), kwargs))
         with _context.push(self, ReplicaContext(self)):
             result = fn(*local_args, **local_kwargs)
-        return _tree_map_distributed(
-            lambda x: x if is_distributed(x) else PerReplica._traced(jnp.asarray(x)), result)
+        what = f"the replica function {getattr(fn, '__name__', type(fn).__name__)}"
+        return jax.tree_util.tree_map_with_path(
+            lambda path, x: x if is_distributed(x) else PerReplica._traced(
+                result_array(x, what, jax.tree_util.keystr(path))), result, is_leaf=is_distributed)
 
     def _to_local(self, x):
         return local_value(x) if is_distributed(x) else x
@@ -246,8 +254,8 @@ class Strategy(LogicalDevicesMixin):
             if is_distributed(x) and x._local is None:
                 check_components(x, n, self._num_local_replicas)
         if not _context.is_tracing():
-            fn = self._eager(("reduce", op, axis), lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True),
-                             "reduce")
+            fn = self._eager(("reduce", op, axis),
+                             lambda: lambda value: self._reduce_tree(op, value, axis, trimmed=True), "reduce")
             padding.check_even(value, axis)
             if axis is None:
                 return padding.trim_reduced(value, fn(value))
@@ -347,18 +355,17 @@ class Strategy(LogicalDevicesMixin):
         leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=is_distributed)
         if not any(is_distributed(x) for x in leaves):
             return (value,)
-        per_leaf = [self.experimental_local_results(x) if is_distributed(x) else (x,) * self.num_replicas_in_sync
-                    for x in leaves]
-        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf])
-                     for i in range(self.num_replicas_in_sync))
+        results = {i: self.experimental_local_results(x) for i, x in enumerate(leaves) if is_distributed(x)}
+        count = len(next(iter(results.values())))  # this worker's replicas (all of them while tracing)
+        per_leaf = [results.get(i, (x,) * count) for i, x in enumerate(leaves)]
+        return tuple(jax.tree_util.tree_unflatten(treedef, [p[i] for p in per_leaf]) for i in range(count))
 
     def _local_results_traced(self, value: DistributedValues) -> tuple:
         n = self.num_replicas_in_sync
         if isinstance(value, Mirrored):
             return (value._local,) * n
-        padding.check_not_padded(value._local, "strategy.experimental_local_results",
-                                 "take the local results outside the compiled function (strategax keeps "
-                                 "each replica's real rows there)")
+        if padding.is_per_example(value._local):  # no static shape: cut from the output after the run
+            return tuple(LocalResult(value, i) for i in range(n))
         gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
         return tuple(gathered[i] for i in range(n))
 
@@ -378,7 +385,7 @@ class Strategy(LogicalDevicesMixin):
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))
             check_values(v, "the result of value_fn")
-            per_replica.append(jax.tree_util.tree_map(lambda x: jax.device_put(x, device), v))
+            per_replica.append(jax.tree_util.tree_map(lambda x, d=device: jax.device_put(x, d), v))
         return self._finalize_outputs(regroup(per_replica, PerReplica, "value_fn result"))
 
     def experimental_distribute_dataset(self, dataset, options=None):

@@ -7,5 +7,5 @@ from .numpy_dataset import Dataset, NumpyDataset
 from .optional import Optional
 from .options import AutoShardPolicy, InputOptions
 
-__all__ = ["AutoShardPolicy", "Dataset", "DatasetsFromFunction", "DistributedDataset", "DistributedIterator", "InputContext",
-           "InputOptions", "NumpyDataset", "Optional"]
+__all__ = ["AutoShardPolicy", "Dataset", "DatasetsFromFunction", "DistributedDataset", "DistributedIterator",
+           "InputContext", "InputOptions", "NumpyDataset", "Optional"]

@@ -5,7 +5,6 @@ in a background thread (`prefetch`)."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import jax
@@ -13,7 +12,7 @@ import numpy as np
 
 from .. import _context
 from ..errors import DistributionTypeError, DistributionValueError
-from ..trace import takes
+from ..trace.batches import streams, takes
 from ..trace.distributed_values import is_distributed
 from ..trace.signature import TensorSpec
 from .optional import Optional
@@ -67,7 +66,7 @@ def spec_of(element: Any) -> Any:
 
 class DistributedIterator:
     """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work. Inside a
-    `strategy.function` that takes it as an argument, `next()` is a program input (`trace.takes`)."""
+    `strategy.function` that takes it as an argument, `next()` is a program input (`trace.batches.takes`)."""
 
     _is_distributed_iterator = True
 
@@ -80,21 +79,19 @@ class DistributedIterator:
         self._last_spec = None  # the element_spec of the last element seen
 
     def __iter__(self):
-        if _context.is_tracing():
-            raise DistributionTypeError(
-                "iterating a distributed iterator inside a strategy.function would unroll every batch",
-                "take a fixed number of steps: `for _ in sx.range(n): step(next(iterator))`")
+        if _context.is_tracing() and streams.called_by_for():  # `for x in iterator` inside the function
+            return takes.whole_loop(takes.iterator_stream(self))
         return self
 
     def __next__(self):
         if _context.is_tracing():
-            return takes.take(self)
+            return takes.take(takes.iterator_stream(self))
         element = self._pull()
         if element is None:
             raise StopIteration
         return self._strategy._finalize_outputs(element)
 
-    # --- what compiled functions use (trace.takes): placed elements, before finalizing ----
+    # --- what compiled functions use (trace.batches.takes): placed elements, before finalizing ----
     def _pull(self) -> Any:
         """The next placed element, or None at the end of the data."""
         if self._ahead:
@@ -116,6 +113,15 @@ class DistributedIterator:
     def _push_back(self, element: Any) -> None:
         """Un-take `element`: it is the next one again."""
         self._ahead.appendleft(element)
+
+    def _remaining(self) -> int:
+        """How many elements are left (all read ahead, none consumed)."""
+        while True:
+            try:
+                element = next(self._source)
+            except StopIteration:
+                return len(self._ahead)
+            self._ahead.append(element)
 
     def _spec_key(self) -> Any:
         """What a compiled function's cache key holds for this iterator: its element spec (the
@@ -180,7 +186,7 @@ class _Dataset:
     def __init__(self, strategy, options: InputOptions | None):
         self._strategy = strategy
         self._options = options or InputOptions()
-        self._spec = None
+        self._first_read = None  # ((element_spec, key) of the first element, or None,) once read
         self._pending = None  # (first element, rest) read by element_spec from a one-shot source
         self._iterated = False  # a one-shot source can be iterated once
 
@@ -190,7 +196,16 @@ class _Dataset:
     def _one_shot(self) -> bool:
         raise NotImplementedError
 
-    def __iter__(self) -> DistributedIterator:
+    _is_distributed_dataset = True
+
+    def __iter__(self):
+        if _context.is_tracing():  # inside a strategy.function: a stream of the program's inputs
+            stream = takes.dataset_stream(self)
+            return takes.whole_loop(stream) if streams.called_by_for() else takes.TracedIterator(stream)
+        return self._host_iterator()
+
+    def _host_iterator(self) -> DistributedIterator:
+        """A new pass over the data, placed on the devices."""
         if self._one_shot():
             if self._iterated:
                 raise DistributionValueError(
@@ -203,24 +218,37 @@ class _Dataset:
         produce = self._produce if pending is None else (lambda: _resume(*pending))
         return DistributedIterator(self._strategy, produce, self._options)
 
-    @property
-    def element_spec(self) -> Any:
-        """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the first element)."""
-        if self._spec is None:
+    def _first(self) -> tuple | None:
+        """(element_spec, cache key) of the first element, None for an empty dataset; read once
+        (a one-shot source keeps what was read for its iteration)."""
+        if self._first_read is None:
             it = self._produce()
             try:
                 first = next(it)
             except BatchError as e:
                 raise e.user_error() from None
             except StopIteration:
-                raise DistributionValueError("the dataset is empty, so it has no element_spec",
-                                             "give the dataset at least one batch") from None
-            self._spec = spec_of(first)
-            if self._one_shot():  # keep what was read: the next iteration starts with it
+                first = None
+            if first is not None and self._one_shot():  # the next iteration starts with it
                 self._pending = (first, it)
             else:
                 it.close()
-        return self._spec
+            self._first_read = (None if first is None else (spec_of(first), takes.element_spec(first).key),)
+        return self._first_read[0]
+
+    @property
+    def element_spec(self) -> Any:
+        """Per leaf, a TensorSpec with an unknown per-replica batch axis (from the first element)."""
+        first = self._first()
+        if first is None:
+            raise DistributionValueError("the dataset is empty, so it has no element_spec",
+                                         "give the dataset at least one batch")
+        return first[0]
+
+    def _spec_key(self) -> Any:
+        """What a compiled function's cache key holds for this dataset: its element spec."""
+        first = self._first()
+        return None if first is None else first[1]
 
 
 class DistributedDataset(_Dataset):

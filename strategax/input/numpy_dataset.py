@@ -1,7 +1,8 @@
 """In-memory input as `tf.data` spells it: `sx.data.Dataset.from_tensor_slices((x, y))
 .shuffle(n).batch(b).repeat()` (also what `experimental_make_numpy_dataset` returns). A dataset
 iterates any number of times; `shuffle` draws a new order each time (TensorFlow's buffered
-shuffle, with NumPy's generator: the same seed gives the same order here, not TensorFlow's)."""
+shuffle, with NumPy's generator: the same seed gives the same order here, not TensorFlow's);
+`shard` keeps TensorFlow's element order."""
 from __future__ import annotations
 
 import itertools
@@ -108,6 +109,23 @@ class Dataset:
         n = int(count)
         return Dataset(lambda epoch: itertools.islice(self._make(epoch), n),
                        n if self._length is None else min(n, self._length))
+
+    def shard(self, num_shards: int, index: int) -> "Dataset":
+        """Every `num_shards`-th element from the `index`-th on (tf.data's `shard`: element i is
+        kept when i % num_shards == index), e.g. one worker's part in a `dataset_fn`."""
+        for value, what in ((num_shards, "num_shards"), (index, "index")):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise DistributionValueError(f"Dataset.shard's {what} is {value!r}, not an integer",
+                                             "pass input_context.num_input_pipelines, input_context.input_pipeline_id")
+        shards, mine = int(num_shards), int(index)
+        if shards < 1:
+            raise DistributionValueError(f"Dataset.shard's num_shards is {shards}; it must be at least 1",
+                                         "pass the number of shards, e.g. input_context.num_input_pipelines")
+        if not 0 <= mine < shards:
+            raise DistributionValueError(f"Dataset.shard's index is {mine}, out of range for {shards} shards "
+                                         f"(0 to {shards - 1})", "pass input_context.input_pipeline_id")
+        length = None if self._length is None else max(0, -(-(self._length - mine) // shards))
+        return Dataset(lambda epoch: itertools.islice(self._make(epoch), mine, None, shards), length)
 
     def map(self, fn: Callable) -> "Dataset":
         """`fn(element)` for each element (on the host, with NumPy values)."""

@@ -8,6 +8,7 @@ helpers are not needed for correctness there.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -58,13 +59,14 @@ def reduce_rows(op_name: str, local, axis: int):
     for MEAN, a division by the number of rows summed over all replicas, counted the same way
     (the real global row count of a per-example value, rows x replicas of any other value)."""
     total = all_reduce(jnp.sum(local, axis=0), "sum", "Strategy.reduce")
-    if op_name == "sum":
+    if op_name == "sum" or total.size == 0:  # nothing to divide: an empty mean is empty
         return total
-    first = jnp.reshape(local, (jnp.shape(local)[0], -1))[:, 0] if jnp.ndim(local) > 1 else local
-    ones = jnp.where(first == first, 1.0, 1.0).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating)
-                                                      else jnp.float32)  # follows local's rows
+    shape = jnp.shape(local)
+    first = jnp.reshape(local, (shape[0], math.prod(shape[1:])))[:, 0] if len(shape) > 1 else local
+    ones = jnp.where(first == first, 1.0, 1.0).astype(  # noqa: PLR0124 - a value that follows local's rows
+        total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
     n = all_reduce(jnp.sum(ones), "sum", "Strategy.reduce")
-    return total / jnp.maximum(n, 1)
+    return total / n  # no rows anywhere: NaN, as TensorFlow's mean of nothing
 
 
 def check_even(value: Any, axis: int | None = None, gather: bool = False) -> None:

@@ -4,14 +4,19 @@ without a host copy)."""
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
 from ..backends.layout import ReplicaLayout
+from ..errors import DistributionValueError
 from ..ir import Locality, TensorType
 from ..trace.distributed_values import PerReplica, PerReplicaBatch
+from .split import BatchError
+
+logger = logging.getLogger("strategax")
 
 
 def put(hosts: list[np.ndarray], shardings: list) -> list[jax.Array]:
@@ -26,9 +31,30 @@ def put(hosts: list[np.ndarray], shardings: list) -> list[jax.Array]:
 
 
 def _canonical(x: np.ndarray) -> np.ndarray:
-    """`x` in the dtype JAX would give it (float64 becomes float32 unless x64 is enabled)."""
+    """`x` in the dtype JAX would give it (float64 becomes float32 unless x64 is enabled). 64-bit
+    integers are narrowed only when every value fits (else it raises: a wrapped label or index
+    would be a silent wrong value), with a note the first time."""
     dtype = np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
-    return x if x.dtype == dtype else x.astype(dtype)
+    if x.dtype == dtype:
+        return x
+    if x.dtype.kind in "iu" and x.size:
+        info = np.iinfo(dtype)
+        low, high = x.min(), x.max()
+        if low < info.min or high > info.max:
+            raise BatchError(DistributionValueError,
+                f"an {x.dtype.name} input holds {low if low < info.min else high}, which {dtype.name} (JAX's "
+                f"integer type unless jax_enable_x64 is set) cannot hold",
+                "enable 64-bit values (jax.config.update('jax_enable_x64', True) at the start of the "
+                "program) or bring the values into range")
+        _note_narrowed(x.dtype, dtype)
+    return x.astype(dtype)
+
+
+@functools.cache
+def _note_narrowed(source: np.dtype, target: np.dtype) -> None:
+    logger.warning("strategax: %s input is narrowed to %s, JAX's default integer type (TensorFlow keeps %s); "
+                   "every value fits. Set jax_enable_x64 to keep %s.", source.name, target.name, source.name,
+                   source.name)
 
 
 @functools.lru_cache(maxsize=256)
@@ -80,10 +106,17 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
-def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int], rows: int) -> Any:
+def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int] | None,
+                rows: int | None) -> Any:
     """This process's replicas' pieces (`pieces[leaf][local replica]`) into a pytree of
     PerReplicaBatch over every process's replicas: in a multi-worker job each worker holds,
-    pads and transfers only its own; `counts` are every replica's real row counts."""
+    pads and transfers only its own; `counts` are every replica's real row counts (None:
+    per-replica scalars, no batch axis)."""
+    if counts is None:
+        hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
+        lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
+        return jax.tree_util.tree_unflatten(treedef, [PerReplica._from_global(lay.assemble(leaf), lay)
+                                                      for leaf, lay in zip(hosts, lays)])
     count_value = place_counts(mesh, counts)
     out = []
     for leaf in pieces:

@@ -14,6 +14,7 @@ from .split import BatchError
 
 _END = object()
 _RUNNING: set[tuple[threading.Event, threading.Thread]] = set()  # producer threads still alive
+_producer = threading.local()  # in a producer thread: `stop`, its Prefetcher's stop event
 
 
 @atexit.register
@@ -24,6 +25,13 @@ def _stop_all(timeout: float = 2.0) -> None:
         stop.set()
     for _, thread in running:
         thread.join(timeout / max(len(running), 1))
+
+
+def stopping() -> bool:
+    """Whether the producer running on this thread has been told to stop (its iterator was
+    dropped or closed): a wait inside the pipeline can give up."""
+    stop = getattr(_producer, "stop", None)
+    return stop is not None and stop.is_set()
 
 
 class _Failure:
@@ -52,6 +60,7 @@ def _run(produce: Callable[[], Iterator], q: queue.Queue, stop: threading.Event)
     (e.g. `break` out of the loop) collects it and stops the thread."""
     me = (stop, threading.current_thread())
     _RUNNING.add(me)
+    _producer.stop = stop
     items = None
     try:
         items = produce()

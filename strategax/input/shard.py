@@ -168,7 +168,8 @@ def worker_batches(strategy, source: Iterator, policy: AutoShardPolicy) -> Itera
     workers, worker = strategy._input_pipeline()
     local = list(strategy._local_replica_ids)
     per_worker = len(local)
-    if strategy.num_replicas_in_sync != workers * per_worker or local != list(range(worker * per_worker, (worker + 1) * per_worker)):
+    mine = list(range(worker * per_worker, (worker + 1) * per_worker))
+    if strategy.num_replicas_in_sync != workers * per_worker or local != mine:
         raise DistributionValueError(
             f"every worker must hold the same number of replicas: this one holds {per_worker} of "
             f"{strategy.num_replicas_in_sync} over {workers} workers (TensorFlow requires it too)",

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from ..errors import DistributionTypeError, DistributionValueError
+from ..trace.signature import is_array_dtype
 
 
 class BatchError(Exception):
@@ -27,6 +28,19 @@ def split_sizes(batch_size: int, num_replicas: int) -> list[int]:
     """Rows per replica: ceil(B / N) each, the last replicas fewer or none."""
     per = math.ceil(batch_size / num_replicas) if batch_size else 0
     return [max(0, min(per, batch_size - i * per)) for i in range(num_replicas)]
+
+
+def check_dtypes(batch: Any, leaves: list[np.ndarray]) -> None:
+    """Every leaf is numeric or boolean (XLA has no strings or Python objects); BatchError if not."""
+    bad = [i for i, x in enumerate(leaves) if not is_array_dtype(x.dtype)]
+    if bad:
+        paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]]
+        where = f" at `{paths[bad[0]]}`" if bad[0] < len(paths) and paths[bad[0]] else ""
+        raise BatchError(DistributionTypeError,
+                         f"a batch of the dataset holds an array of dtype {leaves[bad[0]].dtype}{where}, "
+                         "which cannot enter a compiled program (XLA takes numbers and booleans only)",
+                         "encode strings as numbers in the input pipeline (e.g. token ids from a "
+                         "vocabulary) and drop other Python objects before distributing the dataset")
 
 
 def batch_leaves(batch: Any, treedef=None) -> tuple[list[np.ndarray], Any, int]:
@@ -52,5 +66,6 @@ def batch_leaves(batch: Any, treedef=None) -> tuple[list[np.ndarray], Any, int]:
         raise BatchError(DistributionValueError,
                          f"the leaves of a batch disagree on the batch size ({desc})",
                          "give every array of a batch the same leading (batch) dimension")
+    check_dtypes(batch, leaves)
     return leaves, tree, sizes[0]
 

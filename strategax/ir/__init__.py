@@ -16,7 +16,8 @@ from .values import Value
 from .verifier import VerifyError, verify
 
 __all__ = [
-    "Attr", "Block", "DTYPES", "Enum", "EnumAttr", "Flag", "Held", "KINDS", "PrimitiveRef", "Record", "Func", "Int", "Locality", "Location",
+    "Attr", "Block", "DTYPES", "Enum", "EnumAttr", "Flag", "Held", "KINDS", "PrimitiveRef", "Record", "Func", "Int",
+    "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
     "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS",
     "Value", "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array",

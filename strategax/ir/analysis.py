@@ -89,7 +89,8 @@ def collective_stats(module: Module) -> CollectiveStats:
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)
                     members = tuple(zip(reasons, locs, (r.type.nbytes for r in op.results)))
                 stats.collectives.append(CollectiveInfo(
-                    op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name, shape, nbytes,
+                    op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name,
+                    shape, nbytes,
                     _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
                     str(op.loc) if op.loc else "?", members, loop))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats

@@ -5,8 +5,9 @@ Every kind is plain data that knows no JAX: numbers, strings, symbols, dtypes, t
 dense arrays, and four forms for what a framework puts in its parameters: an enum member
 `#Precision.HIGHEST`, a record `#GatherDimensionNumbers{offset_dims = (0,), ...}` (a sharding,
 a mesh, a partition spec, a dataclass: fields by name), a primitive by name `#primitive<"ge">`,
-and a sub-program `#jaxpr<{^(%a: f32[]): ... yield %b}>` (a block of ops). Which framework object each one stands for is the dialects' business
-(`strategax.dialects.jax_attrs`); the parser rebuilds data only, and never runs code.
+and a sub-program `#jaxpr<{^(%a: f32[]): ... yield %b}>` (a block of ops). Which framework object
+each one stands for is the dialects' business (`strategax.dialects.jax_attrs`); the parser
+rebuilds data only, and never runs code.
 
 What has no text (a Python callback) is `Held` by reference and prints as a placeholder that
 names it, `#held<"my_callback#1">`: the text parses back in the process that printed it (which

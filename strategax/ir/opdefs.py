@@ -9,7 +9,7 @@ are declared on first use by a resolver the dialects register.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .attr_spec import Attr
 from .ops import Block, Operation
@@ -45,7 +45,7 @@ class OpDef:
     verify: Callable[[Operation], str | None] | None = None  # returns an error message or None
     is_collective: bool = False
     effects: frozenset[str] = frozenset()
-    primitive: object = None  # the JAX primitive a generic op re-binds
+    primitive: Any = None  # the JAX primitive a generic op re-binds (ir/ knows no JAX type)
 
 
 OP_DEFS: dict[str, OpDef] = {}

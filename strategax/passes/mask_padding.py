@@ -191,7 +191,8 @@ class _Block:
                      {"new_dtype": np.dtype(f.dtype), "weak_type": False, "sharding": None}, op.loc)
         if total != padded:
             c = Value(TensorType((), f.dtype, Locality.MIRRORED))
-            self.rw.insert_before(op, [Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)})])
+            self.rw.insert_before(
+                op, [Operation("sx.constant", [], [c], {"value": np.asarray(total / padded, f.dtype)})])
             n = self.new(op, "jax.mul", [n, c], scalar, {"out_dtype": None}, op.loc)
         if minus is not None:
             n = self.new(op, "jax.sub", [n, minus], scalar, {}, op.loc)
@@ -303,7 +304,8 @@ class MaskPadding:
             results[f.name] = _per_example_results(f.body, rows)
             bad = [v for v in f.body.results if rows.axes(v) and rows.axes(v)[0] != 0]
             if bad:
-                raise _error(producer.get(bad[0], marks[0]), f"a result ({bad[0].type}) carries the rows of a partial batch "
+                raise _error(producer.get(bad[0], marks[0]),
+                             f"a result ({bad[0].type}) carries the rows of a partial batch "
                              "on an axis other than its first, so its padded rows cannot be trimmed",
                              "return per-example values with the row axis first")
         for b in every:

@@ -44,7 +44,8 @@ def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int)
     """A duplicate collective reuses the first; one of a mirrored value is cheapened."""
     x = op.operands[0]
     kind = op.attrs.get("op", op.attrs.get("axis"))
-    first = seen.setdefault((op.name, x, kind, op.attrs.get("compression")), op.result)  # a compressed copy is another value
+    # a compressed copy is another value
+    first = seen.setdefault((op.name, x, kind, op.attrs.get("compression")), op.result)
     if first is not op.result:
         rw.replace(op, [first])
     elif op.name == "sx.all_reduce" and x.type.locality is Locality.MIRRORED:

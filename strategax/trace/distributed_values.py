@@ -120,12 +120,12 @@ class Mirrored(DistributedValues):
     shape = property(lambda self: self._value().shape)
     dtype = property(lambda self: self._value().dtype)
     ndim = property(lambda self: self._value().ndim)
-    __float__ = lambda self: float(self._value())  # noqa: E731
-    __int__ = lambda self: int(self._value())  # noqa: E731
-    __bool__ = lambda self: bool(self._value())  # noqa: E731
-    __index__ = lambda self: int(self._value())  # noqa: E731
-    __getitem__ = lambda self, i: jnp.asarray(self._value())[i]  # noqa: E731
-    __neg__ = lambda self: -jnp.asarray(self._value())  # noqa: E731
+    __float__ = lambda self: float(self._value())  # noqa: E731  one line each, like the properties above
+    __int__ = lambda self: int(self._value())  # noqa: E731  one line each, like the properties above
+    __bool__ = lambda self: bool(self._value())  # noqa: E731  one line each, like the properties above
+    __index__ = lambda self: int(self._value())  # noqa: E731  one line each, like the properties above
+    __getitem__ = lambda self, i: jnp.asarray(self._value())[i]  # noqa: E731  one line each, like the properties above
+    __neg__ = lambda self: -jnp.asarray(self._value())  # noqa: E731  one line each, like the properties above
 
 
 def _mirrored_binary(name: str):

@@ -5,7 +5,8 @@ the lowered StableHLO, the compiled HLO, with STRATEGAX_DUMP_PLATFORMS=tpu,cuda 
 exported for each of those platforms (`exported.PLATFORM.stablehlo.mlir` and the serialized
 `jax.export.Exported` as `exported.PLATFORM.bin`), `summary.txt` (each collective with its bytes, reason
 and user line; bytes moved per replica per step; compile time per phase), with
-STRATEGAX_DUMP_HTML=1 `report.html` (the page of `f.report`), and the dataflow graph as DOT (`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
+STRATEGAX_DUMP_HTML=1 `report.html` (the page of `f.report`), and the dataflow graph as DOT
+(`graph.dot`, rendered to `graph.svg` when Graphviz's `dot` is on the PATH).
 The dump is a side output: when it cannot be written (the path is a file, the folder is
 read-only, the disk is full) one warning says so and the program runs on without it.
 """

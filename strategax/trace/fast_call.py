@@ -132,7 +132,8 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None, detector) -
         lines += [f"    for (store, _), array in zip(var_slots, outs[{len(ex.out_layouts) - compiled.num_vars}:]):",
                   "        store.set(array)"]
     one = strategy.num_replicas_in_sync == 1
-    results = [_output(i, kind, index, ex.out_layouts, env, batch_at, one) for i, (kind, index) in enumerate(compiled.out_plan)]
+    results = [_output(i, kind, index, ex.out_layouts, env, batch_at, one)
+               for i, (kind, index) in enumerate(compiled.out_plan)]
     lines.append(f"    return {_rebuild(compiled.out_treedef, results, env)}")
     return "\n".join(lines) + "\n", env
 

@@ -21,6 +21,7 @@ from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
 from . import dump, retracing
+from .batches import per_example
 from .cache import cache_size
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
@@ -28,10 +29,9 @@ from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
 from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key, key_data
-from .outline import rewrite
+from .batches import Streams, TraceInputs, rewrite
 from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
-                        check_arguments, leaf_type, signature)
-from .takes import TraceInputs
+                        check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
 from .var_session import VarSession
 
 log = logging.getLogger("strategax")
@@ -41,13 +41,14 @@ class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
-                 out_plan: list, strategy, variables: list = (), inputs=None):
+                 out_plan: list, strategy, variables: list = (), inputs=None, whole: tuple = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
         self.inputs = inputs  # takes.InputPlan: batches from iterator arguments, after the others
+        self.whole = whole  # the streams a `for` loop iterates to their end (their counts: in the key)
         self.last_call = 0  # the detector's call number of the latest call (least recently used goes first)
         # each variable's buffer is an extra (donated) input and output, after the others
         self.var_slots = [(v._store, lay) for v, lay in
@@ -83,8 +84,20 @@ class _Compiled:
     def take_inputs(self, sig: Signature) -> list:
         """The batches this call takes from its iterator arguments, taken once per call."""
         if sig.inputs is None:
-            sig.inputs = self.inputs.pull(sig.leaves, self.in_layouts[len(self.dynamic):])
+            sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
         return sig.inputs
+
+    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature):
+        """A per-example output with the padded rows of its batch dropped (per_example.py):
+        `entry` is (output, source) for TAKEN, (output, replica, source) for LOCAL."""
+        index, source = entry[0], entry[-1]
+        array, layout = outs[index], self.executable.out_layouts[index]
+        if source == per_example.BATCH:
+            batch = sig.batch
+        else:
+            batch = None if source is None else per_example.batch_of((sig.site_elements or [])[source])
+        value = PerReplica._from_global(array, layout) if batch is None else per_example.trimmed(array, layout, batch)
+        return value if kind == per_example.TAKEN else value.values[entry[1]]
 
     def __call__(self, sig: Signature):
         outs = self.strategy._execute(self.executable, self.global_args(sig))
@@ -100,6 +113,9 @@ class _Compiled:
                 index, impl = index
                 leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
                 continue
+            if kind in (per_example.TAKEN, per_example.LOCAL):
+                leaves.append(self._trimmed(kind, index, outs, sig))
+                continue
             array, layout = outs[index], self.executable.out_layouts[index]
             if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
                 leaves.append(array)
@@ -114,6 +130,35 @@ class _Compiled:
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
 
 
+def host_streams(sig: Signature) -> Streams:
+    """The host side of the call's input streams (made on first use, shared by trace and call)."""
+    if sig.host is None:
+        sig.host = Streams(sig.leaves)
+    return sig.host
+
+
+def _innermost_user_frame(err: Exception) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of the user's code in `err`'s traceback."""
+    frame, location = err.__traceback__, None
+    while frame is not None:
+        if not _is_internal(frame.tb_frame.f_code.co_filename):
+            location = (frame.tb_frame.f_code.co_filename, frame.tb_lineno)
+        frame = frame.tb_next
+    return location
+
+
+def loop_branch_error(err: Exception) -> DistributionTypeError:
+    """A Python `if`/`while`/`break` on a traced value inside a `for x in dataset` loop."""
+    return DistributionTypeError(
+        "a Python `if`, `while` or `break` on a value computed in the loop over the data: the loop's "
+        "body is traced once, as one on-device step, so Python cannot branch on a step's values "
+        "(TensorFlow's AutoGraph converts such a branch or `break`; strategax does not)",
+        "compute both branches with jnp.where or lax.cond; to stop early, carry a JAX flag (`done = done | "
+        "cond`) and make the later steps do nothing (e.g. scale their updates by `1 - done`), or run a "
+        "fixed number of steps with `for _ in sx.range(n): step(next(iterator))`",
+        location=_innermost_user_frame(err))
+
+
 def _miss(args) -> object:
     """No shortcut: every call takes the full path."""
     return MISS
@@ -123,11 +168,7 @@ def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> Distri
     """reduce_retracing traced a Python number that the function uses as a Python value."""
     names = retracing.leaf_names(fn, sig.treedef, len(sig.kinds))
     traced = ", ".join(f"`{names[i]}`" for i, k in enumerate(sig.kinds) if k == SCALAR)
-    frame, location = err.__traceback__, None
-    while frame is not None:  # the innermost line of the user's code
-        if not _is_internal(frame.tb_frame.f_code.co_filename):
-            location = (frame.tb_frame.f_code.co_filename, frame.tb_lineno)
-        frame = frame.tb_next
+    location = _innermost_user_frame(err)
     return DistributionTypeError(
         f"with reduce_retracing=True the Python number(s) {traced} are traced as values, and this line "
         f"needs a concrete Python value (for an `if`, a shape, a range or an index): "
@@ -152,6 +193,7 @@ class StrategyFunction:
         self._input_signature = None if input_signature is None else tuple(input_signature)
         self._name = _module_name(fn) if name is None else re.sub(r"[^A-Za-z0-9_.]", "_", name)
         self._cache: dict[tuple, _Compiled] = {}
+        self._whole: dict[tuple, tuple] = {}  # signature key -> its program's `_Compiled.whole`
         self._fast: FastCall | None = None  # the last call's shortcut (trace/fast_call.py)
         self._fast_call = _miss  # its generated call
         self._cache_size = cache_size()
@@ -163,6 +205,12 @@ class StrategyFunction:
         self.__wrapped__ = fn
         self.__doc__ = getattr(fn, "__doc__", None)
 
+    def __reduce__(self):
+        """Pickled as what it compiles, not its programs (a parameter-server worker that
+        unpickles a step compiles it again, for its own devices)."""
+        return StrategyFunction, (self._strategy, self._fn, self._name), {
+            "_reduce_retracing": self._reduce_retracing, "_input_signature": self._input_signature}
+
     def __call__(self, *args, **kwargs):
         if _context.is_tracing():
             return self._fn(*args, **kwargs)
@@ -172,9 +220,8 @@ class StrategyFunction:
             out = self._fast_call(args)  # the last program's shortcut (trace/fast_call.py), or MISS
             if out is not MISS:
                 return out
-        sig = signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
-                        self._reduce_retracing)
-        compiled = self._cache.get(sig.key)
+        sig = self._signature(args, kwargs)
+        compiled = self._cache.get(self._key(sig))
         if compiled is None:
             compiled = self._compile(sig)
         else:
@@ -191,7 +238,7 @@ class StrategyFunction:
                 compiled.inputs.put_back(sig)
                 raise
             compiled.inputs.done(sig)
-        if not kwargs and compiled.fast_builds < MAX_BUILDS:  # after the call: global arrays known
+        if not kwargs and compiled.fast_builds < MAX_BUILDS and not compiled.whole:  # global arrays known now
             compiled.fast_builds += 1
             self._fast = FastCall.build(compiled, sig, args, self._detector)
             self._fast_call = _miss if self._fast is None else self._fast.call
@@ -204,7 +251,7 @@ class StrategyFunction:
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
         out_info = {}
         session = VarSession(strategy)
-        inputs = TraceInputs(strategy, sig.leaves)
+        inputs = TraceInputs(strategy, sig.leaves, host_streams(sig))
 
         def flat_fn(*values):
             leaves = list(sig.leaves)
@@ -226,6 +273,12 @@ class StrategyFunction:
                 if getattr(leaf, "_is_variable", False):
                     plan.append((ARRAY, len(arrays)))
                     arrays.append(jnp.asarray(leaf.read_value()))
+                elif isinstance(leaf, per_example.LocalResult):  # cut from its value's output after the run
+                    local = leaf.value._local
+                    at = next((k for k, a in enumerate(arrays) if a is local), None)
+                    plan.append((per_example.LOCAL, (len(arrays) if at is None else at, leaf.replica)))
+                    if at is None:
+                        arrays.append(local)
                 elif isinstance(leaf, DistributedValues):
                     if leaf._local is None:
                         raise DistributionTypeError(
@@ -241,7 +294,7 @@ class StrategyFunction:
                     arrays.append(jax.random.key_data(leaf))
                 else:
                     plan.append((ARRAY, len(arrays)))
-                    arrays.append(jnp.asarray(leaf))
+                    arrays.append(result_array(leaf, f"the strategy.function {self._name}"))
             out_info["plan"] = plan
             return arrays
 
@@ -250,10 +303,20 @@ class StrategyFunction:
         try:
             closed = jax.make_jaxpr(flat_fn)(*structs)
         except (TypeError, IndexError, ValueError) as err:  # JAX's concretization errors among them
+            if inputs.looping and isinstance(err, jax.errors.ConcretizationTypeError):
+                raise loop_branch_error(err) from None
             if SCALAR not in sig.kinds:
                 raise
             self._check_needs_static(sig, err)
             raise
+        except OverflowError as err:  # a Python int argument beyond int32 met an array
+            big = [i for i, (k, x) in enumerate(zip(sig.kinds, sig.leaves)) if k == STATIC and out_of_int32(x)]
+            if not big:
+                raise
+            names = retracing.leaf_names(self._origin, sig.treedef, len(sig.kinds))
+            used = _innermost_user_frame(err)
+            raise int32_error(names[big[0]], sig.leaves[big[0]],
+                              ", and it is used as a number" + (f" at {used[0]}:{used[1]}" if used else "")) from None
         closed, input_types, out_info["inputs"] = rewrite(closed, inputs)  # sx.range loops, next(iterator)
         func = import_jaxpr(closed, types + input_types, "main")
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
@@ -264,16 +327,16 @@ class StrategyFunction:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         # the results mask-padding found to be per-example come back with each replica's real rows
-        per_example = set(module.attrs.get("per_example_results", ())) if sig.batch is not None else set()
-        out_info["plan"] = [(PER_EXAMPLE, index) if kind == PER_REPLICA and index in per_example
-                            else (kind, index) for kind, index in out_info["plan"]]
-        return module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"]
+        padded = per_example.padded_inputs(sig, dynamic, out_info["inputs"])
+        out_info["plan"] = per_example.output_plan(module, out_info["plan"], padded, PER_REPLICA, PER_EXAMPLE)
+        return (module, out_info["treedef"], out_info["plan"], out_info["variables"], out_info["inputs"],
+                tuple(inputs.whole))
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:
         """A trace with Python numbers as values failed: when it traces with them as constants,
         the function needs them concrete, and the error says so (else `err` stands)."""
         static = Signature(sig.key, sig.treedef, [STATIC if k == SCALAR else k for k in sig.kinds],
-                           sig.leaves, sig.batch, sig.inputs)
+                           sig.leaves, sig.batch, sig.inputs, sig.host)
         try:
             self._trace(static)
         except Exception:  # noqa: BLE001 - the function fails either way: the original error stands
@@ -283,7 +346,7 @@ class StrategyFunction:
     def _compile(self, sig: Signature) -> _Compiled:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
-        self._detector.traced(self._origin, sig.key, sig.treedef, self._parts, self._cache_size)
+        self._detector.traced(self._origin, self._key(sig), sig.treedef, self._parts, self._cache_size)
         if dump.dump_dir() is None:
             compiled = self._build(sig)
         else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
@@ -291,21 +354,31 @@ class StrategyFunction:
         compiled.last_call = self._detector.calls
         if len(self._cache) >= self._cache_size:  # full: the least recently used program goes
             del self._cache[min(self._cache, key=lambda k: self._cache[k].last_call)]
-        self._cache[sig.key] = compiled
+        self._whole[sig.key] = compiled.whole
+        self._cache[self._key(sig)] = compiled
         return compiled
 
+    def _key(self, sig: Signature) -> tuple:
+        """The cache key of a call: its signature's, plus the element count of each stream its
+        program iterates to the end (`for x in dataset`: one program per count)."""
+        whole = self._whole.get(sig.key)
+        if not whole:
+            return sig.key
+        host = host_streams(sig)
+        return sig.key + (("n", tuple(host.count(s) for s in whole)),)
+
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
-        module, out_treedef, plan, variables, inputs = self._trace(sig, snapshots, timings)
+        module, out_treedef, plan, variables, inputs, whole = self._trace(sig, snapshots, timings)
         executable = Executable(module, self._strategy._mesh)
-        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables, inputs)
+        return _Compiled(module, executable, sig, out_treedef, plan, self._strategy, variables, inputs, whole)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
-                         self._reduce_retracing)
+                         self._reduce_retracing, self._origin)
 
     def _specialization(self, args, kwargs) -> tuple[_Compiled, Signature]:
         sig = self._signature(args, kwargs)
-        return self._cache.get(sig.key) or self._compile(sig), sig
+        return self._cache.get(self._key(sig)) or self._compile(sig), sig
 
     # --- inspection -----------------------------------------------------------------------
     def ir(self, *args, stage: str = "final", **kwargs) -> str:

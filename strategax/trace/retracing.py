@@ -5,16 +5,13 @@ function. Calls are counted per Python function (its code), so a `strategy.funct
 anew in a loop is caught too, as TensorFlow catches it."""
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import weakref
 from collections import deque
 from typing import Any, Callable
 
-import jax
-
-from .signature import MIRRORED, PER_REPLICA, SCALAR, STATIC
+from .signature import MIRRORED, PER_REPLICA, SCALAR, STATIC, leaf_names  # noqa: F401 - re-exported
 
 THRESHOLD, HISTORY, MAX_WARNINGS = 5, 10, 2  # tf.function's FREQUENT_TRACING_WARNING_* values
 _MAX_NAMED = 3  # changes named in one warning
@@ -79,27 +76,6 @@ def _where(fn: Callable) -> str:
     return f"{name} ({code.co_filename}:{code.co_firstlineno})" if code is not None else name
 
 
-def leaf_names(fn: Callable, treedef, count: int) -> list[str]:
-    """A readable name for each flattened argument leaf: the parameter and the path inside it."""
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
-    tree = jax.tree_util.tree_unflatten(treedef, list(range(treedef.num_leaves)))
-    names = [f"leaf {i}" for i in range(count)]
-    for path, index in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        if len(path) < 2:
-            continue
-        head, rest = path[1], jax.tree_util.keystr(tuple(path[2:]))
-        if path[0].idx == 0:  # positional
-            i = head.idx
-            names[index] = (params[i].name if i < len(params) else f"args[{i}]") + rest
-        else:
-            names[index] = str(head.key) + rest
-    return names
-
-
 def _show(item: tuple) -> str:
     """An entry of the cache key, in words."""
     kind = item[0]
@@ -116,6 +92,10 @@ def _show(item: tuple) -> str:
         return f"a traced Python {item[1].__name__}"
     if kind == "I":
         return "an iterator of another element spec"
+    if kind == "D":
+        return "a dataset of another element spec"
+    if kind == "n":
+        return f"data of {', '.join(map(str, item[1]))} batch(es) iterated whole"
     if kind == "rows":
         return f"a padded batch of {item[1]} rows"
     return repr(item)[:80]

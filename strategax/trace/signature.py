@@ -4,10 +4,11 @@ and every NaN is one key); and the leaves themselves. Also `input_signature` (tf
 the declared specs every call's arguments are checked against."""
 from __future__ import annotations
 
+import inspect
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,9 @@ class Signature:
     kinds: list[str]
     leaves: list[Any]
     batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
-    inputs: list | None = None  # the batches this call took from its iterator arguments (trace.takes)
+    inputs: list | None = None  # the batches this call took from its iterator arguments (trace.batches.takes)
+    host: Any = None  # trace.streams.Streams: this call's iterators and passes over datasets
+    site_elements: list | None = None  # the element each single `next()` of the call took
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -72,7 +75,7 @@ def leaf_type(x, kind: str) -> TensorType:
 def float_key(x: float):
     """A float as a cache key: `-0.0` differs from `0.0` (1/-0.0 is -inf), and NaNs with the
     same bits are equal (NaN != NaN would miss the cache on every call)."""
-    if x != x:
+    if math.isnan(x):
         return ("nan", struct.pack("<d", x))
     if x == 0.0 and math.copysign(1.0, x) < 0:
         return "-0.0"
@@ -112,14 +115,101 @@ def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | N
     return kind, (kind, t.shape, t.dtype)
 
 
+def leaf_names(fn: Callable, treedef, count: int) -> list[str]:
+    """A readable name for each flattened argument leaf: the parameter and the path inside it."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    tree = jax.tree_util.tree_unflatten(treedef, list(range(treedef.num_leaves)))
+    names = [f"leaf {i}" for i in range(count)]
+    for path, index in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if len(path) < 2:
+            continue
+        head, rest = path[1], jax.tree_util.keystr(tuple(path[2:]))
+        if path[0].idx == 0:  # positional
+            i = head.idx
+            names[index] = (params[i].name if i < len(params) else f"args[{i}]") + rest
+        else:
+            names[index] = str(head.key) + rest
+    return names
+
+
+
+_INT32 = (-2**31, 2**31 - 1)
+_STRING_FIX = ("XLA programs take numbers and booleans only: encode strings as numbers first (e.g. token ids "
+               "from a vocabulary), and keep other Python objects outside the function (a Python str, int or "
+               "other hashable argument is a constant of the program)")
+
+
+def is_array_dtype(dtype) -> bool:
+    """Whether JAX can hold an array of `dtype` (numbers and booleans; not strings, objects, dates)."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return False
+    return dtype == np.bool_ or jnp.issubdtype(dtype, np.number)
+
+
+def out_of_int32(x) -> bool:
+    """A Python int (not a bool) that int32, JAX's integer without 64-bit mode, cannot hold."""
+    return (type(x) is int and jax.dtypes.canonicalize_dtype(np.int64) != np.int64  # 64-bit mode off
+            and not _INT32[0] <= x <= _INT32[1])
+
+
+def int32_error(name: str, value: int, used_at: str = "") -> DistributionValueError:
+    return DistributionValueError(
+        f"argument `{name}` is the Python int {value}, which int32 cannot hold (JAX computes Python ints "
+        f"as int32 unless 64-bit mode is on){used_at}",
+        "pass it as a float (float(x)) or split it into int32 parts, or turn on 64-bit mode at start-up: "
+        "jax.config.update('jax_enable_x64', True)")
+
+
+def _bad_value(x) -> str | None:
+    """Why `x` (an argument leaf or a distributed value's component) cannot enter a program."""
+    if isinstance(x, ARRAY_TYPES) and not isinstance(x, jax.Array) and not is_array_dtype(x.dtype):
+        return f"a NumPy array of dtype {x.dtype}"
+    components = getattr(x, "_values", None) if isinstance(x, DistributedValues) else None
+    for i, c in enumerate(components or ()):
+        if isinstance(c, (str, bytes)):
+            return f"{_a(type(x).__name__)} whose component {i} is a Python {type(c).__name__} {c!r:.30}"
+        if isinstance(c, ARRAY_TYPES) and not is_array_dtype(c.dtype):
+            return f"{_a(type(x).__name__)} whose component {i} is of dtype {c.dtype}"
+    return None
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def result_array(x, what: str, path: str = "") -> Any:
+    """`x`, returned by the user's function, as an array; a string or another Python object
+    that no program can return raises, naming `what` returned it and where in the result."""
+    try:
+        return jnp.asarray(x)
+    except TypeError:
+        where = f" at `result{path}`" if path else ""
+        raise DistributionTypeError(
+            f"{what} returned {_a(type(x).__name__)} ({x!r:.40}){where}, which a compiled program cannot return",
+            "return arrays and numbers (or pytrees of them); compute strings and other Python objects "
+            "outside, from the numbers it returns") from None
+
+
 def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | None = None,
-              trace_scalars: bool = False) -> Signature:
+              trace_scalars: bool = False, fn: Callable | None = None) -> Signature:
     """The cache key of a call (structure, per-leaf kind/shape/dtype, static values) and its leaves;
     `num_local` is the replicas this process feeds (fewer than all in a multi-process job);
-    `trace_scalars` makes Python ints, floats and complexes traced inputs (reduce_retracing)."""
+    `trace_scalars` makes Python ints, floats and complexes traced inputs (reduce_retracing);
+    `fn` (the user's function) names the arguments in errors."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
     kinds, key, batch = [], [treedef], None
-    for x in leaves:
+    for index, x in enumerate(leaves):
+        bad = None if isinstance(x, jax.Array) else _bad_value(x)
+        if bad is not None:
+            name = leaf_names(fn, treedef, len(leaves))[index] if fn is not None else f"leaf {index}"
+            raise DistributionTypeError(f"argument `{name}` is {bad}, which cannot enter a compiled program",
+                                        _STRING_FIX)
         if isinstance(x, jax.Array):  # the hot case first
             kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
             key.append((MIRRORED, x.shape, x.dtype))
@@ -129,9 +219,13 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
         elif getattr(x, "_is_distributed_iterator", False):  # input: keyed by its element spec
             kind = STATIC
             key.append(("I", x._spec_key()))
+        elif getattr(x, "_is_distributed_dataset", False):  # `iter()` inside makes inputs: likewise
+            kind = STATIC
+            key.append(("D", x._spec_key()))
         elif isinstance(x, DistributedValues):
             if x._global is None and _needs_regroup(x):
-                return signature(*_expand((args, kwargs)), num_replicas, num_local, trace_scalars)
+                args, kwargs = _expand((args, kwargs))
+                return signature(args, kwargs, num_replicas, num_local, trace_scalars, fn)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
             if batch is None and isinstance(x, PerReplicaBatch):
@@ -146,6 +240,9 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))
         elif isinstance(x, STATIC_TYPES):
             if trace_scalars and type(x) in SCALAR_TYPES:
+                if out_of_int32(x):  # traced as an int32 value, it would not fit
+                    name = leaf_names(fn, treedef, len(leaves))[index] if fn is not None else f"leaf {index}"
+                    raise int32_error(name, int(x))
                 kind = SCALAR
                 key.append((SCALAR, type(x)))
             else:

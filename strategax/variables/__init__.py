@@ -3,7 +3,8 @@ their storage on the replica mesh, and the optimizer whose state lives in variab
 slots named by their variable)."""
 from .enums import VariableAggregation, VariableSynchronization
 from .optimizer import Optimizer
+from .sharded import ShardedVariable
 from .variables import MirroredVariable, SyncOnReadVariable, Variable
 
-__all__ = ["MirroredVariable", "Optimizer", "SyncOnReadVariable", "Variable",
+__all__ = ["MirroredVariable", "Optimizer", "ShardedVariable", "SyncOnReadVariable", "Variable",
            "VariableAggregation", "VariableSynchronization"]

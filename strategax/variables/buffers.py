@@ -4,6 +4,8 @@ compiled programs as a donated input/output, and updated directly in cross-repli
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +37,14 @@ def first_replica_value(mesh, value) -> np.ndarray:
         copies = layout.assemble([host] * layout.num_local_replicas)
         first = _aggregator(layout, VariableAggregation.ONLY_FIRST_REPLICA)(copies)
         return np.asarray(first.addressable_data(0))
+
+
+@dataclass(frozen=True)
+class PerCopy:
+    """An update that gives replica 0's copy `first` and every other copy `rest`."""
+
+    rest: Any
+    first: Any
 
 
 class VarBuffer:
@@ -95,13 +105,19 @@ class VarBuffer:
             return self.array
         if self.array.is_fully_addressable:
             return jnp.asarray(self.eager_read())
-        return _aggregator(self.layout, self.var.aggregation)(self.array)
+        combine, array = _aggregator(self.layout, self.var.aggregation), self.array
+        return self.var._strategy._across_workers(lambda: combine(array), ("read", self.layout, self.var.aggregation))
 
     def eager_update(self, kind: str, value) -> None:
-        """Apply an update to every copy (the value is already what each copy receives)."""
+        """Apply an update to every copy (the value is already what each copy receives; a
+        `PerCopy` gives replica 0's copy a value of its own)."""
         comps = self.components()
-        value = np.asarray(value)
-        new = [_apply(kind, np.asarray(c), value) for c in comps]
+        if isinstance(value, PerCopy):
+            ids = self.layout.local_replica_ids if self.layout is not None else [0]
+            values = [np.asarray(value.first if i == 0 else value.rest) for i in ids]
+        else:
+            values = [np.asarray(value)] * len(comps)
+        new = [_apply(kind, np.asarray(c), v) for c, v in zip(comps, values)]
         if self.layout is None:
             self.array = jnp.asarray(new[0], self.var.dtype)
         elif self.layout.per_replica:

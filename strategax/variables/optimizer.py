@@ -22,12 +22,26 @@ from ..trace.distributed_values import PerReplica, is_distributed
 from . import loss_scale as loss_scales
 from . import slots
 from .enums import VariableAggregation
+from .sharded import ShardedVariable
 from .slots import Params, StatePath
 from .variables import Variable
 
 
 def _add_update(var, update):
     return var.assign_add(update)
+
+
+def _unshard(grads: list, variables: list) -> tuple[list, list]:
+    """A sharded variable's gradient split by rows, one (piece, shard) pair per shard."""
+    out_g, out_v = [], []
+    for g, v in zip(grads, variables):
+        if isinstance(v, ShardedVariable):
+            out_g.extend(v.split(g))
+            out_v.extend(v.variables)
+        else:
+            out_g.append(g)
+            out_v.append(v)
+    return out_g, out_v
 
 
 def _array(value, what: str, fix: str):
@@ -57,6 +71,11 @@ class Optimizer:
             var._optimizer_state = True  # counted as optimizer state in f.stats().memory
         self._groups: dict[frozenset, SlotGroup] = {}  # the ids of a group's variables -> its slots
         self._pending: dict[int, tuple[Variable, dict]] = {}  # restored slots waiting for their group
+
+    def __reduce_ex__(self, protocol):
+        """A strategy whose steps run in other processes says how its optimizers travel there."""
+        reduce = getattr(self._strategy, "_reduce_optimizer", None)
+        return reduce(self) if reduce is not None else super().__reduce_ex__(protocol)
 
     @property
     def tx(self):
@@ -173,10 +192,11 @@ class Optimizer:
         entry = _context.current()
         strategy = _context.strategy()
         if _context.in_replica_context() and _context.is_tracing() and _context.has_strategy():
+            grads, variables = _unshard(grads, variables)
             return entry.replica_context._merge_anywhere(
                 self._merge_apply, args=(grads,), kwargs={"variables": variables, "options": options})
-        return self._apply(strategy, [self._reduced(g) for g in grads], variables,
-                           cross_replica=_context.has_strategy())
+        grads, variables = _unshard([self._reduced(g) for g in grads], variables)
+        return self._apply(strategy, grads, variables, cross_replica=_context.has_strategy())
 
     def _merge_apply(self, strategy, grads, variables, options=None):
         reduced = strategy.extended.batch_reduce_to("SUM", list(zip(grads, variables)), options)
@@ -234,6 +254,18 @@ class SlotGroup:
                           for owner, path, leaf in self.leaves]
         for slot in self.slots:
             slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
+
+    @classmethod
+    def adopt(cls, optimizer: Optimizer, variables: list[Variable], slot_variables: list[Variable]) -> "SlotGroup":
+        """The group of slot variables that exist already (a parameter-server job's, made by a worker)."""
+        group = cls.__new__(cls)
+        group.variables, group.slots = list(variables), list(slot_variables)
+        for slot in group.slots:
+            slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
+        state = jax.eval_shape(optimizer.tx.init, Params([jax.ShapeDtypeStruct(v.shape, v.dtype) for v in variables]))
+        group.treedef = jax.tree_util.tree_structure(state)
+        group.leaves = slots.state_leaves(state)
+        return group
 
     def _label(self, owner: int | None) -> str:
         return "group" if owner is None else self.variables[owner].name

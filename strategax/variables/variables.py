@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _context
+from ..dialects import collectives
 from ..dialects import variables as var_ops
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
 from ..ir import Locality, TensorType
@@ -80,13 +81,25 @@ class Variable:
         if cls is Variable:
             strategy = _context.strategy() if _context.has_strategy() else None
             if strategy is not None:
+                # a strategy may make something else (ParameterServerStrategy: a ShardedVariable)
+                made = getattr(strategy, "_make_variable", lambda a, k: None)(args, kwargs)
+                if made is not None:
+                    return made
                 sync = parse_sync(kwargs.get("synchronization", VariableSynchronization.AUTO))
                 cls = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
         return super().__new__(cls)
 
+    def __reduce_ex__(self, protocol):
+        """A variable stored elsewhere pickles as its storage says (a parameter server's variable
+        becomes a worker's copy of it); others pickle as usual."""
+        reduce = getattr(self._store, "reduce_variable", None) if "_store" in self.__dict__ else None
+        return reduce() if reduce is not None else super().__reduce_ex__(protocol)
+
     def __init__(self, initial_value, trainable: bool | None = None, name: str | None = None,
                  dtype=None, synchronization=VariableSynchronization.AUTO,
                  aggregation=VariableAggregation.NONE):
+        if "_store" in self.__dict__:  # made whole by its strategy's _make_variable
+            return
         if _context.in_replica_context() and _context.has_strategy():
             raise DistributionRuntimeError(
                 "a variable was created in replica context (inside the function given to strategy.run)",
@@ -234,6 +247,9 @@ class Variable:
         value = self._cross_replica_value(kind, value) if ctx == "cross_replica" else value
         if _traced():
             var_ops.update(self, kind, value, ctx)
+            observe = getattr(self._store, "traced_update", None)  # a worker's copy records its updates
+            if observe is not None:
+                observe(kind, value, ctx)
             return self.read_value()
         self._store.eager_update(kind, value)
         return self.read_value()
@@ -332,8 +348,17 @@ class SyncOnReadVariable(_DistributedVariable):
 
     def _cross_replica_value(self, kind: str, value):
         if kind == "assign" and self._aggregation is VariableAggregation.SUM:
-            n = self._strategy.num_replicas_in_sync
-            return (value / n).astype(self._dtype)
+            # the copies the value is divided among (a parameter server keeps one)
+            n = getattr(self._store, "num_copies", self._strategy.num_replicas_in_sync)
+            if not jnp.issubdtype(self._dtype, jnp.integer):
+                return (value / n).astype(self._dtype)
+            # an integer total divided exactly: every copy gets value // n, replica 0 the remainder
+            # as well, so the copies still sum to the value (TensorFlow's copies sum to less)
+            share = value // n
+            first = value - share * (n - 1)
+            if _traced():
+                return jnp.where(collectives.replica_id() == 0, first, share)
+            return buffers.PerCopy(share, first)
         return value
 
     def read_value(self):

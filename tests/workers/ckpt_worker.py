@@ -2,8 +2,8 @@
 sx.Checkpoint (launched by tests/test_multi_worker_checkpoint.py).
 
 Usage: ckpt_worker.py STEPS TIMEOUT_SECONDS CKPT_DIR. Resumes from the latest checkpoint in
-CKPT_DIR if there is one; every worker saves after every step (as in TensorFlow: worker 0
-numbers and publishes, each writes its part). STEPS <= 0 trains
+CKPT_DIR if there is one; every worker saves after every step into CKPT_DIR (as in TensorFlow;
+the chief writes the checkpoint). STEPS <= 0 trains
 until killed. Prints "step N" after each step and, at the end, one JSON line with the
 parameters.
 """

@@ -1,7 +1,9 @@
 """One worker of a job (tests/test_multi_worker_safety.py) that reports, as one JSON line:
 the addresses this process listens on, the variables it created from its own unseeded values
-(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and its share of the input under each
-AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json.
+(and their values after one optimizer step), the cross-replica reads of sync-on-read variables, and
+its share of the input under each AutoShardPolicy for the datasets of tests/data/tf/multi_worker_input.json;
+the results of steps that take their batch with `next(iterator)` inside, and the local results of an
+(x, y) batch.
 """
 import json
 import os
@@ -113,8 +115,36 @@ def dataset_fn(ctx):  # as the TensorFlow recording's
 from_function = [[np.asarray(c).tolist() for c in strategy.experimental_local_results(e)]
                  for e in strategy.distribute_datasets_from_function(dataset_fn)]
 
+# --- next(iterator) inside a compiled step, and the local results of an (x, y) batch ----------
+x = np.arange(24, dtype=np.float32).reshape(12, 2)
+y = np.arange(12, dtype=np.int64)
+
+
+@strategy.function
+def take_step(iterator):
+    def per_replica(inputs):
+        rows, labels = inputs
+        return jnp.sum(rows) + 10.0 * jnp.sum(labels.astype(jnp.float32))
+    return strategy.reduce("sum", strategy.run(per_replica, args=(next(iterator),)), axis=None)
+
+
+def pairs_fn(ctx):  # the tutorial's dataset_fn: this worker's shard, batched per replica
+    return sx.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id).batch(2)
+
+
+global_batches = sx.data.Dataset.from_tensor_slices((x, y)).batch(4)
+inside = {}
+for name, dist in (("dataset", strategy.experimental_distribute_dataset(global_batches)),
+                   ("from_function", strategy.distribute_datasets_from_function(pairs_fn))):
+    iterator = iter(dist)
+    inside[name] = [float(take_step(iterator)) for _ in range(3)]
+first = next(iter(strategy.experimental_distribute_dataset(global_batches)))
+local_pairs = [[np.asarray(r).tolist(), np.asarray(c).tolist()] for r, c in strategy.experimental_local_results(first)]
+
 print(json.dumps({
     "task_index": strategy.cluster_resolver.task_id, "address": strategy.cluster_resolver.master(),
     "listening": listening(), "own": {"w": own["w"].tolist(), "count": own["count"]}, "initial": initial,
-    "trained": trained, "sync_on_read": sync_on_read, "cases": cases, "from_function": {"contexts": contexts, "steps": from_function},
+    "trained": trained, "sync_on_read": sync_on_read, "cases": cases,
+    "from_function": {"contexts": contexts, "steps": from_function},
+    "inside": inside, "local_pairs": local_pairs,
 }), flush=True)

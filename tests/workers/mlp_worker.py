@@ -51,5 +51,6 @@ print(json.dumps({
     "worker": strategy.cluster_resolver.task_id, "task_type": strategy.cluster_resolver.task_type,
     "replicas": strategy.num_replicas_in_sync, "local_results": len(local),
     "worker_devices": len(strategy.extended.worker_devices), "should_checkpoint": strategy.extended.should_checkpoint,
-    "losses": losses, "input_contexts": contexts, "dealt": dealt, "params": {k: np.asarray(v).tolist() for k, v in params.items()},
+    "losses": losses, "input_contexts": contexts, "dealt": dealt,
+    "params": {k: np.asarray(v).tolist() for k, v in params.items()},
 }), flush=True)

@@ -4,9 +4,9 @@
 Usage: preempt_worker.py STEPS CKPT_DIR PAUSE. The handler restores the latest checkpoint in
 CKPT_DIR (through an async CheckpointManager, which also saves every 5 steps, the last one
 still being written when the program ends); each step goes through `handler.run`, so a
-SIGTERM makes every worker save at the same step boundary and exit with code 42. Prints "start N" (the restored run count), "step N"
-after each step (then sleeps PAUSE seconds, room for the notice to arrive mid-run: JAX notices
-a SIGTERM within ~0.2 s) and, at the end, one JSON line with the parameters.
+SIGTERM makes every worker save at the same step boundary and exit with code 42. Prints "start N"
+(the restored run count), "step N" after each step (then sleeps PAUSE seconds, room for the
+notice to arrive mid-run: JAX notices a SIGTERM within ~0.2 s) and, at the end, one JSON line with the parameters.
 """
 import json
 import sys
@@ -37,5 +37,6 @@ with handler.watch_preemption_scope():
         if handler.total_run_calls % 5 == 0:
             manager.save()  # the regular checkpoints, written while training goes on
         time.sleep(pause)
-print(json.dumps({"start": start, "restored_seen": restored_seen, "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
+print(json.dumps({"start": start, "restored_seen": restored_seen,
+                  "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}),
       flush=True)

@@ -237,7 +237,7 @@ def merge(argv=None):
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     with open(args.names) as f:
-        names = [l.strip() for l in f if l.strip()]
+        names = [line.strip() for line in f if line.strip()]
     scenarios, versions, devices = {}, set(), set()
     for name in names:
         path = os.path.join(args.dir, name + ".json")

@@ -79,7 +79,8 @@ def main() -> int:
             and not b.code.startswith("# not run")
             and (not args.k or any(k in b.name for k in args.k))]
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        outputs = dict(zip([b.name for b in todo], pool.map(lambda b: run_one(args.python, setup, b, args.timeout), todo)))
+        outputs = dict(zip([b.name for b in todo],
+                           pool.map(lambda b: run_one(args.python, setup, b, args.timeout), todo)))
     bad = 0
     for b in todo:
         same = normalise(outputs[b.name]) == normalise(b.expected or "")

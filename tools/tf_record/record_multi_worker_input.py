@@ -52,7 +52,8 @@ def worker(tf, _n):
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
             try:
-                cases[case_name(n, batch, policy)] = _iterate(st, st.experimental_distribute_dataset(ds.with_options(options)))
+                cases[case_name(n, batch, policy)] = _iterate(
+                    st, st.experimental_distribute_dataset(ds.with_options(options)))
             except Exception as e:  # noqa: BLE001 -- recorded
                 cases[case_name(n, batch, policy)] = err(e)
     contexts = []
@@ -90,7 +91,8 @@ def pipeline_w2(tf, _n):
                 for w in range(workers):
                     ds = tf.data.Dataset.from_tensor_slices(np.arange(n, dtype=np.float32)).batch(batch)
                     options = tf.data.Options()
-                    options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+                    options.experimental_distribute.auto_shard_policy = getattr(
+                        tf.data.experimental.AutoShardPolicy, policy)
                     ds = ds.with_options(options)
                     sizes = distribute.batch_sizes_for_worker(distribute.compute_batch_size(ds), workers, per_worker, w)
                     ds = input_ops.auto_shard_dataset(ds.rebatch(sizes), workers, w, n_replicas)
@@ -138,7 +140,7 @@ def split_w2(_tf, _n):
             except subprocess.TimeoutExpired:
                 for q in procs:
                     q.kill()
-                raise RuntimeError("a TensorFlow worker did not finish within %d s" % WORKER_TIMEOUT)
+                raise RuntimeError("a TensorFlow worker did not finish within %d s" % WORKER_TIMEOUT) from None
         workers = []
         for i, out in enumerate(outs):
             if procs[i].returncode != 0 or not os.path.exists(out):

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _common  # noqa: E402
 from _common import (scenario, mirrored, enc, err, attempt, local, dv_rec,  # noqa: E402
-                     type_tree, main, run_child, setup)
+                     main, run_child, setup)
 
 SYNCS = ("AUTO", "ON_WRITE", "ON_READ")
 AGGS = ("NONE", "SUM", "MEAN", "ONLY_FIRST_REPLICA")
@@ -144,7 +144,8 @@ for _sync in SYNCS:
                 "tf.Variable(init, synchronization=%s, aggregation=%s) in "
                 "MirroredStrategy.scope(), init 1.0 or [1.,2.]; in cross-replica context "
                 "(inside scope, outside run) assign(5.0 | [5.,50.]), assign_add(2.0 | [2.,20.]), "
-                "assign_sub(same), vector args as tf.constant, eagerly and in a tf.function; records the returned value, "
+                "assign_sub(same), vector args as tf.constant, eagerly and in a tf.function; "
+                "records the returned value, "
                 "component values and reads before/after." % (sync, agg))
             scenario("replica_%s_%s" % (sync.lower(), agg.lower()), devices=(2, 4))(rc)
             scenario("cross_%s_%s" % (sync.lower(), agg.lower()), devices=(2, 4))(cr)

@@ -29,9 +29,11 @@ def _collectives(data: ReportData) -> str:
             f'<tr class="collective" id="coll-{k}" data-op="{html.escape(c.op)}" data-bytes="{c.payload_bytes}" '
             f'data-moved="{c.bytes_moved}"><td>{k}</td><td><a href="#op-{row.op}">{html.escape(c.op)}</a></td>'
             f"<td>{html.escape(c.kind)}</td><td><code>{html.escape(ty)}</code></td>"
-            f'<td class="num tensor-bytes">{_n(c.payload_bytes)}</td><td class="num bytes-moved">{_n(c.bytes_moved)}</td>'
+            f'<td class="num tensor-bytes">{_n(c.payload_bytes)}</td>'
+            f'<td class="num bytes-moved">{_n(c.bytes_moved)}</td>'
             f'<td class="num">{html.escape(repeats)}</td><td>{html.escape(c.reason)}</td>'
-            f"<td><code>{html.escape(c.location)}</code> {html.escape(source)}</td><td>{html.escape(row.inserted_by)}</td></tr>")
+            f"<td><code>{html.escape(c.location)}</code> {html.escape(source)}</td>"
+            f"<td>{html.escape(row.inserted_by)}</td></tr>")
         for j, (reason, loc, nbytes) in enumerate(c.members):
             by = row.members_inserted_by[j] if j < len(row.members_inserted_by) else "?"
             rows.append(f'<tr class="member"><td></td><td>[{j}]</td><td></td><td></td><td class="num">{_n(nbytes)}</td>'
@@ -76,7 +78,8 @@ def _diff(before: str, after: str) -> tuple[str, int, int]:
     for line in difflib.unified_diff(before.splitlines(), after.splitlines(), n=2, lineterm=""):
         if line.startswith(("---", "+++")):
             continue
-        cls = "hunk" if line.startswith("@@") else "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+")
+               else "del" if line.startswith("-") else "ctx")
         added += cls == "add"
         removed += cls == "del"
         lines.append(f'<span class="{cls}">{html.escape(line)}</span>')
@@ -89,7 +92,8 @@ def _pipeline(data: ReportData) -> str:
     previous = None
     for stage, text in data.stages:
         if previous is None:
-            out.append(f'<details class="stage" data-stage="{html.escape(stage)}"><summary><b>{html.escape(stage)}</b>: '
+            out.append(f'<details class="stage" data-stage="{html.escape(stage)}">'
+                       f'<summary><b>{html.escape(stage)}</b>: '
                        f"the IR as imported, before any pass ({text.count(chr(10))} lines)</summary>"
                        f'<pre class="diff">{html.escape(text)}</pre></details>')
         else:
@@ -97,8 +101,9 @@ def _pipeline(data: ReportData) -> str:
             ms = f", {seconds[stage] * 1e3:.1f} ms" if stage in seconds else ""
             change = f"+{added} \u2212{removed} lines" if diff else "no change"
             body = f'<pre class="diff">{diff}</pre>' if diff else ""
-            out.append(f'<details class="stage" data-stage="{html.escape(stage)}"><summary><b>{html.escape(stage)}</b>'
-                       f"{ms}: {change}</summary>{body}<details><summary>the whole IR after {html.escape(stage)}</summary>"
+            out.append(f'<details class="stage" data-stage="{html.escape(stage)}">'
+                       f'<summary><b>{html.escape(stage)}</b>{ms}: {change}</summary>{body}'
+                       f"<details><summary>the whole IR after {html.escape(stage)}</summary>"
                        f'<pre class="diff">{html.escape(text)}</pre></details></details>')
         previous = text
     return "\n".join(out)
@@ -116,13 +121,17 @@ def render_report(data: ReportData) -> str:
               'your code each op came from. <button data-fold="open">unfold all</button>'
               '<button data-fold="close">fold all</button></p>')
     title = html.escape(f"strategax report: {data.name}")
+    spans = "".join(f"<span>{html.escape(f)}</span>" for f in facts if f)
+    sections = (("ir", "IR"), ("collectives", "collectives"), ("memory", "memory"), ("timings", "timings"),
+                ("pipeline", "pipeline"), ("graph", "graph"))
+    nav = "".join(f'<a href="#sec-{anchor}">{label}</a>' for anchor, label in sections)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>{CSS}</style>
 <script>{SCRIPT}</script></head>
 <body>
-<header><h1>{html.escape(data.name)}</h1><div class="facts">{"".join(f"<span>{html.escape(f)}</span>" for f in facts if f)}</div></header>
-<nav><a href="#sec-ir">IR</a><a href="#sec-collectives">collectives</a><a href="#sec-memory">memory</a><a href="#sec-timings">timings</a><a href="#sec-pipeline">pipeline</a><a href="#sec-graph">graph</a></nav>
+<header><h1>{html.escape(data.name)}</h1><div class="facts">{spans}</div></header>
+<nav>{nav}</nav>
 <section id="sec-ir"><h2>The IR after all passes</h2>{legend}
 <div class="ir" id="ir">
 {ir_listing(data)}
@@ -136,7 +145,8 @@ def render_report(data: ReportData) -> str:
 <section id="sec-pipeline"><h2>The pipeline: the IR after each pass, as a diff against the one before</h2>
 {_pipeline(data)}</section>
 <section id="sec-graph"><h2>The dataflow graph</h2>
-<p class="note">Top to bottom in dependency order; orange: collectives; the border's colour is the value's locality; click a node for its op.</p>
+<p class="note">Top to bottom in dependency order; orange: collectives; the border's colour is the value's locality;
+click a node for its op.</p>
 <div class="graph">{graph_svg(data)}</div></section>
 </body></html>
 """

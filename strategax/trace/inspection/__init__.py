@@ -7,5 +7,6 @@ from .report import ReportData, build_report, compiled_report, report_data, use_
 from .report import render as render_report
 from .stats import StepStats
 
-__all__ = ["MemoryStats", "OpMetadata", "Profile", "ProfileRow", "ReportData", "StepStats", "build_report", "compiled_report",
-           "hlo_metadata", "ir_op_of", "memory_stats", "profile", "render_report", "report_data", "use_renderer"]
+__all__ = ["MemoryStats", "OpMetadata", "Profile", "ProfileRow", "ReportData", "StepStats", "build_report",
+           "compiled_report", "hlo_metadata", "ir_op_of", "memory_stats", "profile", "render_report", "report_data",
+           "use_renderer"]

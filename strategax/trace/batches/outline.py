@@ -14,16 +14,20 @@ iterations between `sx.loop_mark` equations (`loops.py`), and each `next(iterato
   `n` elements' inputs stacked inside the program and indexed by the step counter, plus the
   loop's step count (an input: fewer when the iterator runs out), which ends the loop.
 
-Whatever cannot be a loop raises with the user's line: a body that traces differently in
-its two iterations (Python state changing per step), a value kept from an earlier iteration
-(a Python list of per-step results), `break`, nested `sx.range` loops, a traced trip count
-for a body that takes batches, a take or loop inside a JAX transformation.
+A `for x in dataset` loop (`takes.whole_loop`) that Python left before its end (`break`)
+ran its steps as plain steps: its markers are dropped and its takes are single takes.
+Whatever else cannot be a loop raises with the user's line: a body that traces differently
+in its two iterations (Python state changing per step), a value kept from an earlier
+iteration (a Python list of per-step results), `break` out of an `sx.range` loop, nested
+loops, a traced trip count for a body that takes batches, a take or loop inside a JAX
+transformation.
 """
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,9 +36,9 @@ from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jex
 
-from ..errors import DistributionTypeError, DistributionValueError
-from ..ir import TensorType
-from .importer import location_of
+from ...errors import DistributionTypeError, DistributionValueError
+from ...ir import TensorType
+from ..importer import location_of
 from .loops import BEGIN, END, NEXT, loop_mark_p
 from .takes import InputPlan, Loop, Site, TraceInputs, take_p
 
@@ -71,7 +75,7 @@ def _bind(eqn, invals: Sequence) -> list:
 def _same_value(a, b) -> bool:
     if a is b:
         return True
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True  # nan (a gather's fill value)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) or isinstance(a, jax.Array):
         a, b = np.asarray(a), np.asarray(b)
@@ -149,18 +153,29 @@ class _LoopBody:
     takes: list  # the body's take equations
 
 
-def _spans(eqns) -> list[int | _Span]:
-    """Top-level equation indices, with each `sx.range` loop as one _Span."""
+def _left_early(eqns, whole_loops: set) -> set:
+    """The `for x in dataset` loops that Python left before their end (a `break`, or `next()`
+    on an explicit `iter(dataset)`): the steps it ran are plain steps, their markers dropped."""
+    ended = {e.params["loop"] for e in eqns if _kind(e) == END}
+    return {e.params["loop"] for e in eqns if _kind(e) == BEGIN and e.params["loop"] in whole_loops
+            and e.params["loop"] not in ended}
+
+
+def _spans(eqns, unrolled: AbstractSet[int] = frozenset()) -> list[int | _Span]:
+    """Top-level equation indices, with each `sx.range` loop as one _Span (the markers of the
+    `unrolled` loops stay plain indices)."""
     out: list[int | _Span] = []
     i = 0
     while i < len(eqns):
-        if _kind(eqns[i]) != BEGIN:
+        if _kind(eqns[i]) != BEGIN or eqns[i].params["loop"] in unrolled:
             out.append(i)
             i += 1
             continue
         loop, marks = eqns[i].params["loop"], {}
         for j in builtins.range(i + 1, len(eqns)):
             kind = _kind(eqns[j])
+            if kind in (BEGIN, NEXT) and eqns[j].params["loop"] in unrolled:
+                continue
             if kind in (BEGIN, NEXT, END) and eqns[j].params["loop"] != loop:
                 raise DistributionTypeError(
                     f"an sx.range loop at {_at(eqns[j])} runs inside the sx.range loop at "
@@ -218,7 +233,8 @@ def _analyse(eqns, span: _Span, later: Sequence, outer_same: Callable) -> _LoopB
                 if not a_var or first.get(a) != second[b]:
                     raise mismatch(e2)
             elif b in first:  # a value of the step before: carried, starting from what step 1 read
-                if (a_var and (a in first or a in second)) or (first[b] in inits and not outer_same(inits[first[b]], a)):
+                if ((a_var and (a in first or a in second))
+                        or (first[b] in inits and not outer_same(inits[first[b]], a))):
                     raise mismatch(e2)
                 inits[first[b]] = a
             elif not outer_same(a, b):
@@ -276,7 +292,7 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
 
     items: list[int | _LoopBody] = []
     plan = InputPlan()
-    for item in _spans(jaxpr.eqns):
+    for item in _spans(jaxpr.eqns, _left_early(jaxpr.eqns, inputs.whole_loops)):
         if isinstance(item, int):
             if _kind(jaxpr.eqns[item]) == "take":
                 plan.segments.append(_site(jaxpr.eqns[item], inputs))
@@ -300,7 +316,7 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
 
 
 def _site(eqn, inputs: TraceInputs) -> Site:
-    return Site(eqn.params["iterator"], inputs.spec(eqn.params["iterator"]), _at(eqn))
+    return Site(eqn.params["stream"], inputs.spec(eqn.params["stream"]), _at(eqn))
 
 
 def _static_trip_count(begin) -> int | None:
@@ -327,7 +343,13 @@ def _evaluator(closed, items: list, plan: InputPlan) -> Callable:
         for item in items:
             if isinstance(item, int):
                 eqn = jaxpr.eqns[item]
-                outs = [next(extra) for _ in eqn.outvars] if _kind(eqn) == "take" else _bind(eqn, [env.read(v) for v in eqn.invars])
+                kind = _kind(eqn)
+                if kind == "take":
+                    outs = [next(extra) for _ in eqn.outvars]
+                elif kind is not None:  # a marker of a loop left early: its steps run as they are
+                    outs = [jnp.int32(0) for _ in eqn.outvars]
+                else:
+                    outs = _bind(eqn, [env.read(v) for v in eqn.invars])
                 env.update(zip(eqn.outvars, outs))
             else:
                 _run_loop(jaxpr.eqns, item, env, extra, next(loops) if item.takes else None)
@@ -352,7 +374,8 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
             trip = next(extra)
         else:
             count = _static_trip_count(begin)
-            trip = count if count is not None else jnp.maximum(0, (stop - start + step - (1 if step > 0 else -1)) // step)
+            trip = (count if count is not None
+                    else jnp.maximum(0, (stop - start + step - (1 if step > 0 else -1)) // step))
         inits = [env.read(loop.inits[p]) if p in loop.inits else jnp.zeros(_aval(loop, p).shape, _aval(loop, p).dtype)
                  for p in loop.carries]
         index_var = eqns[loop.span.next].outvars[0]

@@ -18,9 +18,9 @@ import numpy as np
 from jax import core as jax_core
 from jax.extend import core as jex
 
-from .. import _context
-from ..dialects.effects import INPUT
-from ..errors import DistributionTypeError, DistributionValueError
+from ... import _context
+from ...dialects.effects import INPUT
+from ...errors import DistributionTypeError, DistributionValueError
 
 loop_mark_p = jex.Primitive("sx.loop_mark")
 loop_mark_p.multiple_results = True

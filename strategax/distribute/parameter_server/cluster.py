@@ -1,0 +1,79 @@
+"""The actors of a parameter-server job: started where the resolver places them, a worker
+started again in its place when it dies, all of them stopped with the strategy."""
+from __future__ import annotations
+
+from ...cluster.errors import ClusterStartError
+from ...cluster.ray import Placement, device_env, ray_module
+from .errors import ParameterServerLostError
+from .ps_actor import parameter_server_class
+from .worker_actor import Worker
+
+STARTUP_TIMEOUT = 600.0  # seconds for an actor to come up (it imports JAX)
+CALL_TIMEOUT = 120.0  # seconds a parameter server may take to answer before it counts as lost
+
+
+class Cluster:
+    """Worker and parameter-server actor handles, in task order."""
+
+    def __init__(self, placement: Placement, timeout: float = CALL_TIMEOUT):
+        self.placement, self.timeout = placement, timeout
+        ps_class = parameter_server_class()
+        self.servers = [placement.start(ps_class, "ps", i, i) for i in range(placement.num_ps)]
+        self.workers = [self._start_worker(i) for i in range(placement.num_workers)]  # all start at once
+        self.server_pids = self._wait([s.ready.remote() for s in self.servers], "the parameter servers")
+        ready = self._wait([w.ready.remote() for w in self.workers], "the workers")
+        self.replicas_per_worker = ready[0][0]
+        self.worker_pids = [pid for _, pid in ready]
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.workers)
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.servers)
+
+    def _start_worker(self, index: int):
+        return self.placement.start(Worker, "worker", index, index, self.placement.num_workers, self.servers,
+                                    self.timeout, env=device_env(self.placement.devices_per_worker))
+
+    def _wait(self, refs: list, what: str) -> list:
+        ray = ray_module()
+        try:
+            return ray.get(refs, timeout=STARTUP_TIMEOUT)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            self.shutdown()
+            raise ClusterStartError(f"{what} of the parameter-server job did not start: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
+                                    "check that every Ray node can import strategax and JAX "
+                                    "(`ray start` from the same environment)") from e
+
+    def restart_worker(self, index: int):
+        """A new worker for task `index` (whose worker died), once it is ready; the caller puts it
+        in `workers[index]`."""
+        ray = ray_module()
+        worker = self._start_worker(index)
+        _, pid = ray.get(worker.ready.remote(), timeout=STARTUP_TIMEOUT)
+        self.worker_pids[index] = pid
+        return worker
+
+    def call_ps(self, ps: int, method: str, *args):
+        """Call a parameter server from the coordinator; a server that does not answer is lost."""
+        ray = ray_module()
+        try:
+            return ray.get(getattr(self.servers[ps], method).remote(*args), timeout=self.timeout)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            raise ParameterServerLostError(
+                f"parameter server {ps} is lost ({type(e).__name__}); its variables are gone",
+                "restart training from the last checkpoint (sx.Checkpoint / sx.CheckpointManager)") from None
+
+    def shutdown(self) -> None:
+        """Stop every actor (the strategy is done)."""
+        ray = ray_module()
+        if not ray.is_initialized():
+            return
+        for actor in list(getattr(self, "workers", [])) + list(getattr(self, "servers", [])):
+            try:
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass

@@ -1,0 +1,261 @@
+"""`ClusterCoordinator`: schedules functions on whichever worker is free, as TensorFlow's.
+
+`schedule` queues a function and returns a `RemoteValue` at once; one thread per worker takes
+the next function, runs it there and hands back its result. A worker that dies (its process
+killed) gives its function back to the queue, to run on another worker, and is started again
+(its per-worker datasets made anew); a worker that raises makes `join()` raise that error and
+cancels the functions still queued; a lost parameter server makes `join()`/`fetch()` raise
+`ParameterServerLostError`."""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+
+from ...cluster.ray import cloudpickle, ray_module
+from ...errors import DistributionTypeError, check_callable, check_mapping
+from .errors import WorkersLostError
+from .strategy import ParameterServerStrategy
+from .values import Failure, PerWorkerDataset, PerWorkerValues, RemoteValue
+
+MAX_RESTARTS = 3  # times a worker is started again after it dies
+_CLOSURE_IDS = itertools.count()
+_STOP = object()
+
+
+@dataclass
+class _Work:
+    """The queue the workers' threads take functions from (they hold it, and the coordinator
+    only weakly, so that an unused strategy is collected and its actors stopped)."""
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    queue: collections.deque = field(default_factory=collections.deque)
+    in_flight: int = 0
+    stopped: bool = False
+
+    def take(self, timeout: float):
+        """The next closure, None when none came within `timeout` seconds, or _STOP."""
+        with self.cond:
+            if not self.queue and not self.stopped:
+                self.cond.wait(timeout)
+            if self.stopped:
+                return _STOP
+            if not self.queue:
+                return None
+            self.in_flight += 1
+            return self.queue.popleft()
+
+
+def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
+    """Worker `index`'s thread: runs queued functions there until the coordinator stops or is gone."""
+    restarts = [0]
+    while True:
+        closure = work.take(1.0)
+        coordinator = coordinator_ref() if closure is not _STOP else None
+        if coordinator is None or closure is not None and not coordinator._run(closure, index, restarts):
+            return
+        del coordinator, closure
+
+
+@dataclass
+class Closure:
+    """A scheduled function: what to run, and where its result goes."""
+    token: int
+    holder: list  # [ray ObjectRef of the pickled function] (nested: Ray passes it unresolved)
+    args: tuple
+    kwargs: dict
+    value: RemoteValue = field(default_factory=RemoteValue)
+    id: int = field(default_factory=lambda: next(_CLOSURE_IDS))
+
+
+def _is_value_leaf(x) -> bool:
+    return isinstance(x, (PerWorkerValues, RemoteValue))
+
+
+class ClusterCoordinator:
+    """Schedules functions on the workers of a ParameterServerStrategy (one per strategy)."""
+
+    def __new__(cls, strategy):
+        if not isinstance(strategy, ParameterServerStrategy):
+            raise DistributionTypeError(f"ClusterCoordinator takes a ParameterServerStrategy, not {strategy!r:.80}",
+                                        "pass sx.experimental.ParameterServerStrategy(resolver)")
+        if strategy._coordinator is None:
+            strategy._coordinator = super().__new__(cls)
+            strategy._coordinator._start(strategy)
+        return strategy._coordinator
+
+    def _start(self, strategy) -> None:
+        self._strategy, self._cluster = strategy, strategy._cluster
+        self._work = _Work()
+        self._failure: Failure | None = None  # the first failure since join() last raised
+        self._functions: dict[int, tuple[Any, list]] = {}  # id(fn) -> (fn, holder)
+        self._resources: list[tuple[int, str, Any]] = []  # made on every worker, in order
+        self._resource_lock = threading.Lock()
+        self._resource_ids = itertools.count()
+        self._serving = self._cluster.num_workers
+        self._rescheduled = 0  # functions run again after their worker died
+        for i in range(self._cluster.num_workers):  # (a weak reference: the strategy can be collected)
+            threading.Thread(target=_serve, args=(weakref.ref(self), self._work, i),
+                             name=f"strategax-ps-worker-{i}", daemon=True).start()
+
+    @property
+    def strategy(self) -> ParameterServerStrategy:
+        return self._strategy
+
+    # --- the user's API ------------------------------------------------------------------------------
+    def schedule(self, fn, args=None, kwargs=None) -> RemoteValue:
+        """Queue `fn(*args, **kwargs)` to run on a free worker; returns its RemoteValue at once."""
+        check_callable(fn, "schedule's fn", "pass the step function: coordinator.schedule(step_fn, args=(it,))")
+        if args is not None and not isinstance(args, (tuple, list)):
+            raise DistributionTypeError(f"schedule's args must be a tuple or list, not {type(args).__name__}",
+                                        "wrap a single argument as args=(x,)")
+        check_mapping(kwargs, "schedule's kwargs", "pass keyword arguments as kwargs={'name': value}")
+        self._raise_failure()
+        token = id(fn)
+        if token not in self._functions:
+            holder = [ray_module().put(cloudpickle().dumps(fn))]
+            self._functions[token] = (fn, holder)
+        closure = Closure(token, self._functions[token][1], tuple(args or ()), dict(kwargs or {}))
+        with self._work.cond:
+            self._work.queue.append(closure)
+            self._work.cond.notify_all()
+        return closure.value
+
+    def join(self) -> None:
+        """Wait until every scheduled function has run; raise the first error one raised."""
+        with self._work.cond:
+            while self._work.queue or self._work.in_flight:
+                self._work.cond.wait(1.0)
+        self._raise_failure()
+
+    def done(self) -> bool:
+        """Whether every scheduled function has run (raises the first error, as join)."""
+        with self._work.cond:
+            finished = not self._work.queue and not self._work.in_flight
+        self._raise_failure()
+        return finished
+
+    def fetch(self, val):
+        """`val` with every RemoteValue fetched (a PerWorkerValues: a tuple, one per worker)."""
+        def one(x):
+            if isinstance(x, PerWorkerValues):
+                return tuple(one(v) for v in x.values)
+            return x.fetch() if isinstance(x, RemoteValue) else x
+        return jax.tree_util.tree_map(one, val, is_leaf=_is_value_leaf)
+
+    def create_per_worker_dataset(self, dataset_fn) -> PerWorkerDataset:
+        """Make `dataset_fn()` (or a dataset) on every worker, distributed over its replicas."""
+        return PerWorkerDataset(self, self._make_resource("dataset", cloudpickle().dumps(dataset_fn)))
+
+    def _make_resource(self, kind: str, payload) -> int:
+        ray = ray_module()
+        with self._resource_lock:
+            resource_id = next(self._resource_ids)
+            self._resources.append((resource_id, kind, payload))
+            calls = [w.make_resource.remote(resource_id, kind, payload) for w in self._cluster.workers]
+            for call in calls:
+                try:
+                    ray.get(call)
+                except ray.exceptions.RayActorError:
+                    pass  # a dead worker: its replacement makes it
+                except ray.exceptions.RayTaskError as e:
+                    raise (e.cause if isinstance(e.cause, BaseException) else e) from None
+        return resource_id
+
+    # --- the workers' threads -----------------------------------------------------------------------------
+    def _raise_failure(self) -> None:
+        with self._work.cond:
+            failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure.error()
+
+    def _done_with(self, closure: Closure, failure: Failure | None = None, again: bool = False) -> None:
+        with self._work.cond:
+            self._work.in_flight -= 1
+            if again:
+                self._rescheduled += 1
+                self._work.queue.appendleft(closure)
+            elif failure is not None:
+                closure.value._fail(failure)
+                if self._failure is None:
+                    self._failure = failure
+                for queued in self._work.queue:
+                    queued.value._fail(Failure.cancelled(failure))
+                self._work.queue.clear()
+            self._work.cond.notify_all()
+
+    def _arguments(self, closure: Closure, worker: int) -> bytes:
+        def one(x):
+            if isinstance(x, PerWorkerValues):
+                return x.values[worker]
+            return x.fetch() if isinstance(x, RemoteValue) else x
+        return cloudpickle().dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
+
+    def _run(self, closure: Closure, index: int, restarts: list) -> bool:
+        """Run `closure` on worker `index`; False when that worker is lost for good."""
+        ray = ray_module()
+        try:
+            blob = self._arguments(closure, index)
+        except Exception as e:  # noqa: BLE001 - an argument that cannot travel fails its function
+            self._done_with(closure, Failure.raised(e))
+            return True
+        try:
+            status = ray.get(self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob))
+        except ray.exceptions.RayActorError:  # the worker died: its function runs elsewhere
+            self._done_with(closure, again=True)
+            restarts[0] += 1
+            if restarts[0] > MAX_RESTARTS or not self._restart(index):
+                self._lost_worker()
+                return False
+            return True
+        except ray.exceptions.RayError as e:
+            self._done_with(closure, Failure.raised(e))
+            return True
+        self._finish(closure, status)
+        return True
+
+    def _finish(self, closure: Closure, status: tuple) -> None:
+        kind = status[0]
+        for uid, var_keys, slot_refs in status[-1]:
+            self._strategy._adopt_slots(uid, var_keys, slot_refs)
+        if kind == "ok":
+            closure.value._set(status[1])
+            self._done_with(closure)
+        elif kind == "ps_lost":
+            self._done_with(closure, Failure.server_lost(status[2]))
+        else:
+            self._done_with(closure, Failure.raised(cloudpickle().loads(status[1])))
+
+    def _restart(self, index: int) -> bool:
+        """Start worker `index` again and make its per-worker datasets; False if it cannot start."""
+        ray = ray_module()
+        try:
+            worker = self._cluster.restart_worker(index)
+            with self._resource_lock:
+                ray.get([worker.make_resource.remote(*r) for r in self._resources])
+                self._cluster.workers[index] = worker
+        except Exception:  # noqa: BLE001 - the worker stays lost
+            return False
+        return True
+
+    def _lost_worker(self) -> None:
+        with self._work.cond:
+            self._serving -= 1
+            if self._serving == 0 and self._failure is None and not self._work.stopped:
+                failure = Failure(lambda: WorkersLostError(
+                    "every worker of the parameter-server job died and could not be started again",
+                    "check the Ray cluster's nodes (`ray status`), then restart from the last checkpoint"))
+                self._failure = failure
+                for queued in self._work.queue:
+                    queued.value._fail(failure)
+                self._work.queue.clear()
+            self._work.cond.notify_all()
+
+    def _stop(self) -> None:
+        with self._work.cond:
+            self._work.stopped = True
+            self._work.cond.notify_all()
