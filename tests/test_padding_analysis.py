@@ -160,9 +160,10 @@ def test_masks_show_in_the_ir_with_their_reason():
     np.testing.assert_allclose([float(v) for v in fn(batch).values], [1.0, 2.0])
 
 
-def test_rows_mixed_by_an_op_the_analysis_cannot_follow_raise_at_trace_time():
+def test_rows_mixed_by_an_op_the_analysis_cannot_follow_raise_for_a_partial_batch():
     # Intent: flattening the row axis into another axis could let padded rows mix with real ones
-    # in a later sum: a trace-time error naming the op, the user's line and sx.nn.batch_mask.
+    # in a later sum: the call with a partial batch raises, naming the op, the user's line and
+    # sx.nn.batch_mask (full batches run: tests/test_padding_regions.py).
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     batch = next(iter(strategy.experimental_distribute_dataset([np.ones((3, 2), np.float32)])))
 

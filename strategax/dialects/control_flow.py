@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 from jax import lax
 
-from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef,
+from ..ir import (WRITES_VARIABLE, Attr, Block, Int, Locality, OpDef, Operation, SymbolRef, Value,
                   TensorType, declare, has_collective, lookup)
 from .registry import LOWERINGS, REFERENCE
 
@@ -120,20 +120,92 @@ def _verify_scan(op: Operation) -> str | None:
     return _mismatch("the stacked results", _types(op.results[ncarry:]), stacked)
 
 
-# Result localities before the regions are looked at (`infer-locality` then joins each result
-# with what the producing regions yield, and a per-replica predicate makes every result
-# per-replica): a loop's carries start from their initial values; consts play no part.
-def _cond_locality(op, localities):
-    return [Locality.MIRRORED] * len(op.results)
+# --- how values flow through a region op (read by the analyses: rows, localities) ----------
+def region_flows(op: Operation) -> list[tuple[Value, Value, int]]:
+    """Every edge along which `op` passes a value on, as (source, target, shift): an operand to
+    the region argument it feeds, a region's result to the op result it becomes and, in a loop,
+    to the next iteration's argument. Axis k of the region-side value is axis k + shift of the
+    outer one (shift 1 for a scan's xs and ys, whose leading axis is the scanned one)."""
+    flows: list[tuple[Value, Value, int]] = []
+    if op.name == "jax.cond":
+        for branch in op.regions:
+            flows += [(x, a, 0) for x, a in zip(op.operands[1:], branch.args)]
+            flows += [(y, r, 0) for y, r in zip(branch.results, op.results)]
+    elif op.name == "jax.while":
+        cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
+        cond, body = op.regions
+        flows += [(x, a, 0) for x, a in zip(op.operands[:cn], cond.args[:cn])]
+        flows += [(x, a, 0) for x, a in zip(op.operands[cn:cn + bn], body.args[:bn])]
+        for j, x in enumerate(op.operands[cn + bn:]):
+            for source in (x, body.results[j]):
+                flows += [(source, cond.args[cn + j], 0), (source, body.args[bn + j], 0),
+                          (source, op.results[j], 0)]
+    elif op.name == "jax.scan":
+        nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
+        body = op.regions[0]
+        flows += [(x, a, 0) for x, a in zip(op.operands[:nc + ncarry], body.args[:nc + ncarry])]
+        for j in range(ncarry):
+            flows += [(op.operands[nc + j], op.results[j], 0), (body.results[j], body.args[nc + j], 0),
+                      (body.results[j], op.results[j], 0)]
+        flows += [(x, a, 1) for x, a in zip(op.operands[nc + ncarry:], body.args[nc + ncarry:])]
+        flows += [(y, r, 1) for y, r in zip(body.results[ncarry:], op.results[ncarry:])]
+    return flows
 
 
-def _while_locality(op, localities):
-    return list(localities[op.attrs["cond_nconsts"] + op.attrs["body_nconsts"]:])
+def branch_predicate(op: Operation) -> tuple[Value, str] | None:
+    """The value that decides which path replicas take through `op`'s regions (a cond's index,
+    a while's condition) and what it is, in the user's words; None for a scan or another op."""
+    if op.name == "jax.cond":
+        return op.operands[0], "a lax.cond/switch whose branch index"
+    if op.name == "jax.while":
+        return op.regions[0].results[0], "a lax.while_loop whose condition"
+    return None
 
 
-def _scan_locality(op, localities):
+def _flow_locality(op: Operation, localities) -> list[Locality]:
+    """Each result joins what flows into it (its loop carry's initial value, what the regions
+    yield for it); a per-replica predicate makes every result per-replica."""
+    predicate = branch_predicate(op)
+    if predicate is not None and predicate[0].type.locality is Locality.PER_REPLICA:
+        return [Locality.PER_REPLICA] * len(op.results)
+    joined = {r: Locality.MIRRORED for r in op.results}
+    for src, dst, _ in region_flows(op):
+        if dst in joined:
+            joined[dst] = joined[dst].join(src.type.locality or Locality.MIRRORED)
+    return [joined[r] for r in op.results]
+
+
+def scanned_axes(op: Operation) -> list[tuple[Value, int]]:
+    """The outer axes a loop steps along (a scan's xs and ys, axis 0): a row axis there would
+    be iterated row by row."""
+    if op.name != "jax.scan":
+        return []
     nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
-    return list(localities[nc:nc + ncarry]) + [Locality.MIRRORED] * (len(op.results) - ncarry)
+    return [(x, 0) for x in op.operands[nc + ncarry:]] + [(y, 0) for y in op.results[ncarry:]]
+
+
+def add_const(op: Operation, value: Value) -> list[Value]:
+    """Make outer `value` visible inside every region of `op` as a new first argument (a loop
+    constant, a branch operand); returns those arguments, one per region."""
+    new = [Value(value.type.with_sharding(None)) for _ in op.regions]
+    if op.name == "jax.cond":
+        op.operands.insert(1, value)
+    elif op.name == "jax.while":
+        cn = op.attrs["cond_nconsts"]
+        op.operands[cn:cn] = [value]
+        op.operands.insert(0, value)
+        op.attrs = {**op.attrs, "cond_nconsts": cn + 1, "body_nconsts": op.attrs["body_nconsts"] + 1}
+    elif op.name == "jax.scan":
+        op.operands.insert(0, value)
+        attrs = {**op.attrs, "num_consts": op.attrs["num_consts"] + 1}
+        if isinstance(attrs.get("linear"), tuple):
+            attrs["linear"] = (False, *attrs["linear"])
+        op.attrs = attrs
+    else:
+        raise ValueError(f"internal error: {op.name} has no region constants")
+    for region, arg in zip(op.regions, new):
+        region.args.insert(0, arg)
+    return new
 
 
 # The attributes are the primitive's parameters (the declared ones are checked; others, such
@@ -141,10 +213,12 @@ def _scan_locality(op, localities):
 _WRITES = {"writes": Attr("symbols", required=False)}
 declare(OpDef("jax.cond", "Run branch `index` (the first operand) on the other operands.",
               num_regions=None, attrs=_WRITES, open_attrs=True, verify=_check_writes(_verify_cond),
-              locality=_cond_locality))
+              locality=_flow_locality))
 declare(OpDef("jax.while", "Loop the body region while the cond region yields true.",
               num_regions=2, attrs={"cond_nconsts": Int(0), "body_nconsts": Int(0), **_WRITES},
-              open_attrs=True, verify=_check_writes(_verify_while), locality=_while_locality))
+              open_attrs=True, verify=_check_writes(_verify_while), locality=_flow_locality))
+
+
 def scan_layout(params: dict) -> dict:
     """`num_consts` and `num_carry` from a scan's JAX parameters: JAX 0.10 has them; JAX 0.11
     says the layout as `ft_in`, a flat tree (consts, carry, xs) of the operands."""
@@ -157,7 +231,7 @@ def scan_layout(params: dict) -> dict:
 declare(OpDef("jax.scan", "Loop the body over the leading axis of xs, threading a carry.",
               num_regions=1, attrs={"length": Int(0), "num_consts": Int(0), "num_carry": Int(0),
                                     "reverse": Attr("bool"), **_WRITES},
-              open_attrs=True, verify=_check_writes(_verify_scan), locality=_scan_locality))
+              open_attrs=True, verify=_check_writes(_verify_scan), locality=_flow_locality))
 
 
 def _run_with_state(ctx, names: list[str], state: Sequence, block: Block, args: list) -> list:

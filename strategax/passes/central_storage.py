@@ -24,7 +24,8 @@ def _broadcast_reads(block: Block, decls: dict, source: int) -> bool:
     for op in rw.ops():
         for region in op.regions:
             changed |= _broadcast_reads(region, decls, source)
-        decl = decls.get(variable_of(op).name) if op.name == "sx.var_read" else None
+        var = variable_of(op) if op.name == "sx.var_read" else None
+        decl = decls.get(var.name) if var is not None else None
         if (decl is None or op.attrs.get("ctx") != "replica" or decl.attrs.get("sync") != "on_write"
                 or op.attrs.get("central")):
             continue

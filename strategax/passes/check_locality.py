@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..dialects.control_flow import branch_predicate
 from ..dialects.variables import UPDATES, variable_of
 from ..errors import DistributionRuntimeError, DistributionValueError, StrategaxError
 from ..ir import Block, Locality, Module, Operation, is_collective
@@ -35,10 +36,9 @@ _DIVERGE_FIX = ("make the predicate the same on every replica (compute it from m
 
 def _divergent(op: Operation) -> str | None:
     """What makes replicas take different paths through `op`'s regions, if anything can."""
-    if op.name == "jax.cond" and op.operands[0].type.locality is Locality.PER_REPLICA:
-        return "a lax.cond/switch whose branch index differs across replicas"
-    if op.name == "jax.while" and op.regions[0].results[0].type.locality is Locality.PER_REPLICA:
-        return "a lax.while_loop whose condition differs across replicas"
+    predicate = branch_predicate(op)
+    if predicate is not None and predicate[0].type.locality is Locality.PER_REPLICA:
+        return f"{predicate[1]} differs across replicas"
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..dialects.control_flow import region_flows
 from ..ir import Block, Locality, Module, Operation, Value, declaration
 from .rewrite import all_values as values
 
@@ -20,31 +21,10 @@ def _set(v: Value, loc: Locality) -> bool:
     return True
 
 
-def _region_inputs(op: Operation, region_index: int) -> list[Locality]:
-    """The localities flowing into a region's arguments, before loop carries are considered."""
-    locs = [v.type.locality or Locality.MIRRORED for v in op.operands]
-    if op.name == "jax.cond":
-        return locs[1:]
-    if op.name == "jax.while":
-        cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-        consts = locs[:cn] if region_index == 0 else locs[cn:cn + bn]
-        return consts + locs[cn + bn:]
-    return locs
-
-
 def _infer_op(op: Operation) -> None:
-    outs = declaration(op).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
     if op.regions:
         _infer_regions(op)
-        # Result i is what the producing regions yield at position i (a while's body; every
-        # branch of a cond; a scan's body); a per-replica predicate makes all results differ.
-        producing = op.regions[1:] if op.name == "jax.while" else op.regions
-        outs = [_join([loc] + [r.results[i].type.locality for r in producing])
-                for i, loc in enumerate(outs)]
-        predicate = (op.operands[0] if op.name == "jax.cond" else
-                     op.regions[0].results[0] if op.name == "jax.while" else None)
-        if predicate is not None and predicate.type.locality is Locality.PER_REPLICA:
-            outs = [Locality.PER_REPLICA] * len(outs)
+    outs = declaration(op).locality(op, [v.type.locality or Locality.MIRRORED for v in op.operands])
     for r, loc in zip(op.results, outs):
         _set(r, loc)
 
@@ -52,43 +32,26 @@ def _infer_op(op: Operation) -> None:
 def _join(locs) -> Locality:
     out = Locality.MIRRORED
     for x in locs:
-        out = out.join(x)
+        out = out.join(x or Locality.MIRRORED)
     return out
 
 
 def _infer_regions(op: Operation) -> None:
-    carries = None  # loop-carried localities, grown until a fixed point
-    for _ in range(len(op.operands) + 2):
-        for i, region in enumerate(op.regions):
-            inputs = _region_inputs(op, i)
-            if carries is not None:
-                inputs = _carry_join(op, i, inputs, carries)
-            for a, loc in zip(region.args, inputs):
-                _set(a, loc)
+    """A region argument of `op` joins the localities of every value that flows into it
+    (`region_flows`: operands, loop carries), iterated until the loop carries stop changing
+    (the op's declared rule then joins the results)."""
+    sources: dict[Value, list[Value]] = {}
+    for src, dst, _ in region_flows(op):
+        sources.setdefault(dst, []).append(src)
+    args = [a for region in op.regions for a in region.args if a in sources]
+    for _ in range(len(args) + 2):
+        changed = False
+        for a in args:
+            changed |= _set(a, _join(v.type.locality for v in sources[a]))
+        for region in op.regions:
             infer_block(region)
-        new = _loop_carries(op)
-        if new is None or new == carries:
-            return
-        carries = new
-
-
-def _loop_carries(op: Operation) -> list[Locality] | None:
-    if op.name == "jax.while":
-        return [v.type.locality for v in op.regions[1].results]
-    if op.name == "jax.scan":
-        return [v.type.locality for v in op.regions[0].results[:op.attrs["num_carry"]]]
-    return None
-
-
-def _carry_join(op: Operation, region_index: int, inputs, carries) -> list[Locality]:
-    if op.name == "jax.while":
-        nconsts = op.attrs["cond_nconsts"] if region_index == 0 else op.attrs["body_nconsts"]
-    else:
-        nconsts = op.attrs["num_consts"]
-    out = list(inputs)
-    for k, c in enumerate(carries):
-        out[nconsts + k] = out[nconsts + k].join(c)
-    return out
+        if not changed:
+            break
 
 
 def infer_block(block: Block) -> None:

@@ -27,8 +27,9 @@ def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
     return Operation("sx.all_reduce", [value], [result], {"op": agg, "reason": reason}, loc=loc)
 
 
-def _aggregation(op: Operation, decls: dict) -> tuple[str, str] | None:
-    """(aggregation, "update" or "read") when TensorFlow's rules put a collective at `op`."""
+def _aggregation(op: Operation, decls: dict) -> tuple[str, str, str] | None:
+    """(aggregation, "update" or "read", variable name) when TensorFlow's rules put a collective
+    at `op`."""
     var = variable_of(op)
     decl = decls.get(var.name) if var is not None else None
     if decl is None or op.attrs.get("reduced"):
@@ -37,9 +38,9 @@ def _aggregation(op: Operation, decls: dict) -> tuple[str, str] | None:
     if agg not in ("sum", "mean", "only_first_replica"):
         return None
     if op.name in UPDATES and op.attrs["ctx"] == "replica" and sync == "on_write":
-        return agg, "update"
+        return agg, "update", decl.name
     if op.name == "sx.var_read" and op.attrs["ctx"] == "cross_replica" and sync == "on_read":
-        return agg, "read"
+        return agg, "read", decl.name
     return None
 
 
@@ -53,7 +54,7 @@ def insert_block(block: Block, decls: dict) -> bool:
         found = _aggregation(op, decls)
         if found is None:
             continue
-        (agg, kind), name = found, variable_of(op).name
+        agg, kind, name = found
         rw.set_attrs(op, reduced=True)
         if kind == "update":
             coll = aggregation_op(agg, op.operands[0], f"{agg} aggregation of an update of @{name} in replica context",

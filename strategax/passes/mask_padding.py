@@ -3,19 +3,24 @@
 A padded input batch arrives marked `sx.rows %x, %count` (axis 0 is its row axis, the first
 `count` rows are real). The pass:
 
-1. finds every axis that is that row axis (`row_axes.rule` says how each op moves axes; axis
+1. finds every axis that is that row axis (`axis_rules.rule` says how each op moves axes; axis
    identities are unified in both directions, so the backward pass jax.grad emitted is covered
-   as well as the forward one);
+   as well as the forward one; through `cond`/`while`/`scan` the operands, region arguments,
+   region results and loop carries are unified as `control_flow.region_flows` pairs them, which
+   makes the carries' row axes a fixpoint over the body);
 2. masks each op that combines rows: every operand axis it combines that is a row axis is
    passed through `sx.mask_rows` (a select against the op's identity, with the reason
    `padded rows`) first;
 3. makes means count real rows: a row sum divided by the number of elements it added (what
    `jnp.mean`, `jnp.var`... lower to), and that division's transpose (a cotangent divided by
    that number, then broadcast along the rows), divide by the real count instead;
-4. raises, naming the op and the user's line, where a row axis reaches an op it cannot follow;
+4. where a row axis reaches an op it cannot follow, records the gap (op, user's line, fix) in
+   the module attribute `padding_gaps` instead of masking: a full batch has no padded rows and
+   runs; a call that brings a partial batch raises the gap's error (`padding_gap_error`);
 5. records which results of the entry function are per-example (row axis first) in the module
    attribute `per_example_results`, so exactly those are trimmed to the real rows;
 6. drops the marks.
+Inside a region the real row count is threaded in as a new region constant (`add_const`).
 
 A `jnp.where(sx.nn.batch_mask(x), x, fill)` written by the user already says what padded rows
 hold: the analysis does not follow rows through it.
@@ -28,10 +33,11 @@ from math import prod
 
 import numpy as np
 
+from ..dialects.control_flow import add_const, region_flows, scanned_axes
 from ..errors import DistributionValueError
 from ..ir import Block, Locality, Module, Operation, TensorType, Value
 from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
-from .row_axes import rule
+from .axis_rules import rule
 
 REASON = "padded rows"
 _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batch_mask(x)[:, None], "
@@ -40,14 +46,30 @@ _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batc
 _SHAPE_OPS = ("jax.broadcast_in_dim", "jax.reshape", "jax.convert_element_type", "jax.squeeze")
 
 
+GAPS = "padding_gaps"  # module attribute: ((file, line, message, fix), ...)
+
+
 def _where(op: Operation) -> tuple[str, int]:
     return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
 
 
-def _error(op: Operation, message: str, fix: str = _FIX) -> DistributionValueError:
-    e = DistributionValueError(message, fix, location=_where(op))
-    e.op = op
-    return e
+class _Gaps(list):
+    """The places the analysis cannot follow the rows, as `padding_gaps` entries."""
+
+    def add(self, op: Operation, message: str, fix: str = _FIX) -> None:
+        entry = (*_where(op), message, fix)
+        if entry not in self:
+            self.append(entry)
+
+
+def padding_gap_error(gaps: tuple) -> DistributionValueError:
+    """The error a call with a partial batch raises for a program with `padding_gaps`."""
+    file, line, message, fix = gaps[0]
+    more = f" (and {len(gaps) - 1} more place(s) the analysis cannot follow)" if len(gaps) > 1 else ""
+    return DistributionValueError(
+        f"this call's batch is partial (some replicas hold padded rows), and {message}{more}; "
+        "full batches run, a partial one would let padded rows count", fix + "; or drop the partial "
+        "batch: `dataset.batch(n, drop_remainder=True)`", location=(file, line))
 
 
 class _Rows:
@@ -57,7 +79,7 @@ class _Rows:
         self.parent: dict[tuple[Value, int], tuple[Value, int]] = {}
         self.count: dict[tuple[Value, int], Value] = {}
 
-    def find(self, k):
+    def find(self, k: tuple[Value, int]) -> tuple[Value, int]:
         root = k
         while self.parent.get(root, root) != root:
             root = self.parent[root]
@@ -124,46 +146,37 @@ def _constant(v: Value, producer: dict) -> float | None:
 class _Block:
     """Masks, means and checks for one block."""
 
-    def __init__(self, block: Block, rows: _Rows, is_region: bool):
-        self.block, self.rows, self.is_region = block, rows, is_region
+    def __init__(self, block: Block, rows: _Rows, counts: "_Counts", gaps: _Gaps):
+        self.block, self.rows, self.counts, self.gaps = block, rows, counts, gaps
         self.rw = BlockRewriter(block)
-        self.defined = set(block.args)
         self.masked_sums: dict[Operation, tuple[Value, int]] = {}  # reduce_sum -> (count, rows per element)
 
     def new(self, before: Operation, name: str, operands, type_, attrs, loc) -> Value:
         """A per-replica value computed by a new op placed before `before`."""
         v = Value(TensorType(type_.shape, type_.dtype, Locality.PER_REPLICA))
         self.rw.insert_before(before, [Operation(name, list(operands), [v], attrs, loc=loc)])
-        self.defined.add(v)
         return v
-
-    def count_here(self, op: Operation, count: Value) -> Value:
-        if count not in self.defined:
-            raise _error(op, f"{op.name} combines the padded rows of a batch inside a loop or branch "
-                             "whose row count is not visible there")
-        return count
 
     def run(self) -> bool:
         for op in self.rw.ops():
-            r = rule(op) if not op.regions else None
-            if r is None:
-                for x in op.operands:
-                    if self.rows.axes(x):
-                        raise _error(op, f"{op.name} takes a value with padded rows (a partial "
-                                         "batch's row axis), and strategax cannot tell which of its "
-                                         "results the padded rows reach")
-            else:
-                for v, i in r.opaque:
+            if op.regions:
+                for v, i in scanned_axes(op):
                     if self.rows.of(v, i) is not None:
-                        raise _error(op, f"{op.name} moves the rows of a partial batch (axis {i} of "
-                                         f"its operand {v.type}) so that padded rows could mix with "
-                                         "real ones")
-                self.mask(op, r)
-            self.defined.update(op.results)
-        if self.is_region and any(self.rows.axes(v) for v in self.block.results):
-            where = self.block.ops[-1] if self.block.ops else None
-            raise _error(where or Operation("region", [], []), "a value with padded rows leaves a "
-                         "loop or branch body, where its real rows can no longer be told apart")
+                        self.gaps.add(op, f"{op.name} steps along the rows of a partial batch (axis {i} "
+                                          f"of {v.type}), one row per iteration")
+                continue
+            r = rule(op)
+            if r is None:
+                if any(self.rows.axes(x) for x in op.operands):
+                    self.gaps.add(op, f"{op.name} takes a value with padded rows (a partial batch's "
+                                      "row axis), and strategax cannot tell which of its results the "
+                                      "padded rows reach")
+                continue
+            for v, i in r.opaque:
+                if self.rows.of(v, i) is not None:
+                    self.gaps.add(op, f"{op.name} moves the rows of a partial batch (axis {i} of its "
+                                      f"operand {v.type}) so that padded rows could mix with real ones")
+            self.mask(op, r)
         changed = self.rw.commit()
         self.rw = BlockRewriter(self.block)
         self.means()
@@ -175,7 +188,11 @@ class _Block:
             count = self.rows.of(x, axis)
             if count is None:
                 continue
-            count = self.count_here(op, count)
+            count = self.counts.visible(self.block, count)
+            if count is None:
+                self.gaps.add(op, f"{op.name} combines the rows of a batch whose row count is not "
+                                  "visible where it runs")
+                continue
             self.rw.set_operand(op, k, self.new(op, "sx.mask_rows", [x, count], x.type,
                                                 {"axis": axis, "fill": fill, "reason": REASON}, op.loc))
             if op.name == "jax.reduce_sum":
@@ -228,7 +245,7 @@ class _Block:
         src = self.rw.producer(_through_shape_ops(op.operands[0], self.rw.producers))
         if src is None or src not in self.masked_sums:
             return None
-        count, padded = self.masked_sums[src]
+        count, padded = self.masked_sums[src]  # already visible here
         total = prod(src.operands[0].type.shape[i] for i in src.attrs["axes"])  # valid: it was masked
         return count, padded, total
 
@@ -246,13 +263,46 @@ class _Block:
                 made = [j for j in range(len(b.result.type.shape)) if j not in b.attrs.get("broadcast_dimensions", ())]
                 rows = [j for j in made if self.rows.of(b.result, j) is not None]
                 if rows:
-                    count = self.rows.of(b.result, rows[0])
-                    if count not in self.defined:
+                    row_count = self.rows.of(b.result, rows[0])
+                    count = self.counts.visible(self.block, row_count) if row_count is not None else None
+                    if count is None:
                         return None
                     padded = prod(b.result.type.shape[j] for j in rows)
                     return count, padded, prod(b.result.type.shape[j] for j in made)
             v = b.result
         return None
+
+
+class _Counts:
+    """Where each row count is defined, and the region constants that carry it into regions."""
+
+    def __init__(self, every: list[Block]):
+        self.home: dict[Value, Block] = {}
+        self.parent: dict[Block, tuple[Operation, Block]] = {}
+        for b in every:
+            self.home.update((a, b) for a in b.args)
+            for op in b.ops:
+                self.home.update((r, b) for r in op.results)
+                self.parent.update((region, (op, b)) for region in op.regions)
+        self.carried: dict[tuple[Block, Value], Value] = {}
+
+    def visible(self, block: Block, count: Value) -> Value | None:
+        """`count` as a value of `block`: itself, or a region constant threaded in from the block
+        that defines it (None when that block does not enclose `block`)."""
+        if self.home.get(count) is block:
+            return count
+        if (block, count) in self.carried:
+            return self.carried[(block, count)]
+        if block not in self.parent:
+            return None
+        op, outer = self.parent[block]
+        outer_count = self.visible(outer, count)
+        if outer_count is None:
+            return None
+        for region, arg in zip(op.regions, add_const(op, outer_count)):
+            self.carried[(region, count)] = arg
+            self.home[arg] = region
+        return self.carried[(block, count)]
 
 
 def _per_example_results(func_body: Block, rows: _Rows) -> tuple[int, ...]:
@@ -283,34 +333,42 @@ class MaskPadding:
         marks = [op for b in every for op in b.ops if op.name == "sx.rows"]
         if not marks:
             return False
-        rows = _Rows()
+        rows, gaps = _Rows(), _Gaps()
         producer = {r: op for b in every for op in b.ops for r in op.results}
         counts = {op.operands[1] for op in marks}
         for b in every:
             for op in b.ops:
                 if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
                     continue  # the user's own mask says what padded rows hold
-                r = rule(op) if not op.regions else None
+                if op.regions:
+                    for outer, inner, shift in region_flows(op):
+                        for k in range(len(inner.type.shape)):
+                            rows.union((outer, k + shift), (inner, k))
+                    continue
+                r = rule(op)
                 for (x, i), (y, j) in (r.same if r is not None else ()):
                     rows.union((x, i), (y, j))
         for op in marks:
             root = rows.find((op.result, 0))
             if rows.count.get(root, op.operands[1]) is not op.operands[1]:
-                raise _error(op, "values of two padded batches with different real row counts are "
-                             "combined row by row", "combine batches of the same dataset element")
+                gaps.add(op, "values of two padded batches (whose real row counts may differ) are "
+                         "combined row by row", "combine batches of the same dataset element")
+                continue
             rows.count[root] = op.operands[1]
         results = {}
         for f in module.funcs:
             results[f.name] = _per_example_results(f.body, rows)
             bad = [v for v in f.body.results if rows.axes(v) and rows.axes(v)[0] != 0]
             if bad:
-                raise _error(producer.get(bad[0], marks[0]),
-                             f"a result ({bad[0].type}) carries the rows of a partial batch "
-                             "on an axis other than its first, so its padded rows cannot be trimmed",
-                             "return per-example values with the row axis first")
+                gaps.add(producer.get(bad[0], marks[0]), f"a result ({bad[0].type}) carries the rows of a "
+                         "partial batch on an axis other than its first, so its padded rows cannot be "
+                         "trimmed", "return per-example values with the row axis first")
+        threads = _Counts(every)
         for b in every:
-            _Block(b, rows, is_region=all(b is not f.body for f in module.funcs)).run()
+            _Block(b, rows, threads, gaps).run()
         rewrite_blocks(module, _drop_marks)
         if results.get(module.main.name):
             module.attrs["per_example_results"] = results[module.main.name]
+        if gaps:
+            module.attrs[GAPS] = tuple(gaps)
         return True

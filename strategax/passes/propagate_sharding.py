@@ -1,9 +1,14 @@
 """propagate-sharding: give values a sharding over the replica's logical devices.
 
-Seeds are the logical-device annotations; shardings then flow forward and backward through
-shape-preserving ops (elementwise, collectives), `dot_general`, reductions, broadcasts,
-transposes and exact reshapes until nothing changes. The first sharding a value gets wins;
-a value nothing reaches is left open (prints no sharding). A no-op for modules without
+Seeds are the logical-device annotations; shardings then flow forward and backward along the
+axis identities of the one per-op axis table (`axis_rules.rule`, which mask-padding reads too:
+elementwise ops, collectives, `dot_general`, reductions, broadcasts, transposes, exact
+reshapes, gathers, convolutions...) until nothing changes: a value takes, axis by axis, the
+mesh axes of the first sharded value an axis identity links it to. An axis the op combines
+or rearranges (a reversed, sorted, sliced or cumulated axis) is linked to nothing and stays
+unsplit (so is a result axis of an axis the op combines, a cumsum's or a sort's); an op the
+table does not know passes nothing on. The first sharding a value gets
+wins; a value nothing reaches is left open (prints no sharding). A no-op for modules without
 `logical_axes`.
 """
 from __future__ import annotations
@@ -13,13 +18,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..ir import Block, Module, Operation, Sharding, Value
-from .rewrite import all_values as values
 from ..dialects.logical import ANNOTATIONS, annotation_sharding
+from .axis_rules import rule
+from .rewrite import all_values as values
 
 Dims = tuple[tuple[str, ...], ...]
-_REDUCTIONS = {"jax.reduce_sum", "jax.reduce_max", "jax.reduce_min", "jax.reduce_prod",
-               "jax.reduce_and", "jax.reduce_or", "jax.argmax", "jax.argmin"}
-_RESHAPES = {"jax.reshape", "jax.squeeze", "jax.expand_dims"}
 
 
 def _dims(v: Value) -> Dims | None:
@@ -60,115 +63,32 @@ class _Propagator:
         if op.name in ANNOTATIONS:
             self.set(op.result, annotation_sharding(op), force=True)
             self.set(op.operands[0], op.result.type.sharding)
-        elif op.name == "jax.dot_general":
-            self.dot(op)
-        elif op.name in _REDUCTIONS:
-            self.reduction(op)
-        elif op.name == "jax.broadcast_in_dim":
-            self.broadcast(op)
-        elif op.name == "jax.transpose":
-            perm = op.attrs["permutation"]
-            self.map_dims(op.operands[0], op.result, perm)
-        elif op.name in _RESHAPES and len(op.operands) == 1:
-            self.reshape(op.operands[0], op.result)
-        else:
-            self.same_shape(op)
-
-    def same_shape(self, op: Operation) -> None:
-        shaped = [v for v in op.operands if v.type.shape] + list(op.results)
-        if not shaped or any(v.type.shape != op.results[0].type.shape for v in shaped):
             return
-        known = next((v.type.sharding for v in shaped if v.type.sharding is not None), None)
-        for v in shaped:
-            self.set(v, known)
-
-    def map_dims(self, src: Value, dst: Value, perm) -> None:
-        """dst dimension i is src dimension perm[i] (and back)."""
-        d = _dims(src)
-        if d is not None:
-            self.set_dims(dst, tuple(d[p] for p in perm))
-        d = _dims(dst)
-        if d is not None:
-            back = [()] * len(src.type.shape)
-            for i, p in enumerate(perm):
-                back[p] = d[i]
-            self.set_dims(src, tuple(back))
-
-    def dot(self, op: Operation) -> None:
-        (lc, rc), (lb, rb) = op.attrs["dimension_numbers"]
-        lhs, rhs = op.operands
-        lfree = [i for i in range(len(lhs.type.shape)) if i not in lc and i not in lb]
-        rfree = [i for i in range(len(rhs.type.shape)) if i not in rc and i not in rb]
-        ld, rd, od = _dims(lhs), _dims(rhs), _dims(op.result)
-        if ld is not None or rd is not None:
-            ld2 = ld or ((),) * len(lhs.type.shape)
-            rd2 = rd or ((),) * len(rhs.type.shape)
-            out = [ld2[a] or rd2[b] for a, b in zip(lb, rb)] + [ld2[i] for i in lfree] + [rd2[i] for i in rfree]
-            self.set_dims(op.result, tuple(out))
-            od = _dims(op.result)
-        if od is None:
-            return
-        nb = len(lb)
-        for v, batch, contract, free, other, ocontract, offset in (
-                (lhs, lb, lc, lfree, rd, rc, nb), (rhs, rb, rc, rfree, ld, lc, nb + len(lfree))):
-            dims = [()] * len(v.type.shape)
-            for k, i in enumerate(batch):
-                dims[i] = od[k]
-            for k, i in enumerate(free):
-                dims[i] = od[offset + k]
-            for i, j in zip(contract, ocontract):
-                dims[i] = other[j] if other is not None else ()
-            self.set_dims(v, tuple(dims))
-
-    def reduction(self, op: Operation) -> None:
-        src, dst = op.operands[0], op.result
-        axes = op.attrs.get("axes", ())
-        if not isinstance(axes, tuple):
-            axes = (axes,)
-        kept = [i for i in range(len(src.type.shape)) if i not in axes]
-        d = _dims(src)
-        if d is not None and len(dst.type.shape) == len(kept):
-            self.set_dims(dst, tuple(d[i] for i in kept))
-        d = _dims(dst)
-        if d is not None and len(d) == len(kept):
-            back = [()] * len(src.type.shape)
-            for k, i in enumerate(kept):
-                back[i] = d[k]
-            self.set_dims(src, tuple(back))
-
-    def broadcast(self, op: Operation) -> None:
-        src, dst = op.operands[0], op.result
-        bdims = op.attrs["broadcast_dimensions"]
-        d = _dims(src)
-        if d is not None:
-            out = [()] * len(dst.type.shape)
-            for i, j in enumerate(bdims):
-                if src.type.shape[i] == dst.type.shape[j]:
-                    out[j] = d[i]
-            self.set_dims(dst, tuple(out))
-        d = _dims(dst)
-        if d is not None:
-            self.set_dims(src, tuple(d[j] if src.type.shape[i] == dst.type.shape[j] else ()
-                                     for i, j in enumerate(bdims)))
-
-    def reshape(self, src: Value, dst: Value) -> None:
-        """Exact only: a split dimension must survive whole, with the same elements before it."""
-        for a, b in ((src, dst), (dst, src)):
-            d = _dims(a)
-            if d is None:
+        r = rule(op)
+        if r is None:
+            return  # an op the axis table does not know passes no sharding on (XLA decides)
+        linked: dict[Value, dict[int, list[tuple[Value, int]]]] = {}
+        combined = {(op.operands[k], axis) for k, axis, _ in r.combines}
+        results = set(op.results)
+        for (a, i), (b, j) in r.same:
+            if ((a, i) in combined and b in results) or ((b, j) in combined and a in results):
+                continue  # a cumulated or sorted axis: its result axis is not split like it
+            linked.setdefault(a, {}).setdefault(i, []).append((b, j))
+            linked.setdefault(b, {}).setdefault(j, []).append((a, i))
+        known = any(_dims(v) is not None for v in op.operands if v.type.shape)
+        for v in [*op.operands, *op.results]:
+            if v.type.sharding is not None or not v.type.shape and v not in op.results:
                 continue
-            out = [()] * len(b.type.shape)
-            for i, axes in enumerate(d):
-                if not axes:
-                    continue
-                before = math.prod(a.type.shape[:i])
-                match = [j for j in range(len(b.type.shape)) if b.type.shape[j] == a.type.shape[i]
-                         and math.prod(b.type.shape[:j]) == before]
-                if not match:
-                    break
-                out[match[0]] = axes
-            else:
-                self.set_dims(b, tuple(out))
+            dims, found = [], False
+            for k in range(len(v.type.shape)):
+                axes = ()
+                for x, i in linked.get(v, {}).get(k, ()):
+                    d = _dims(x)
+                    if d is not None:
+                        found, axes = True, axes or d[i]
+                dims.append(axes)
+            if found or (known and v in op.results and not v.type.shape):
+                self.set_dims(v, tuple(dims))
 
     def block(self, block: Block) -> None:
         for _ in range(8):

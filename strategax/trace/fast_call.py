@@ -48,6 +48,8 @@ class FastCall:
         a call it serves counts in `detector` (retracing.Detector) and marks `compiled` used."""
         if compiled.inputs is not None or not getattr(compiled.strategy._execute, "_runs_directly", False):
             return None  # iterators take batches per call; a multi-worker run is watched
+        if compiled.gaps:
+            return None  # each call's batch is checked: a partial one raises
         leaves, treedef = _flatten(args)
         if len(leaves) + (sig.batch is not None) != len(sig.leaves) \
                 or any(a is not b for a, b in zip(leaves, sig.leaves)):

@@ -20,6 +20,7 @@ from ..errors import DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
+from ..passes.mask_padding import GAPS, padding_gap_error
 from . import dump, retracing
 from .batches import per_example
 from .cache import cache_size
@@ -56,6 +57,16 @@ class _Compiled:
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
         self.variables = list(variables)
         self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
+        self.gaps = module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
+
+    def partial(self, sig: Signature) -> bool:
+        """Whether this call brings a partial batch (an argument, or one taken from an iterator)."""
+        batches = [sig.batch] if sig.batch is not None else []
+        if self.inputs is not None and sig.inputs is not None:
+            for _, element in self.inputs.taken(sig):
+                batches += [x for x in jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
+                            if isinstance(x, PerReplicaBatch)]
+        return any(min(b._counts) < b._rows for b in batches)
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -100,7 +111,10 @@ class _Compiled:
         return value if kind == per_example.TAKEN else value.values[entry[1]]
 
     def __call__(self, sig: Signature):
-        outs = self.strategy._execute(self.executable, self.global_args(sig))
+        args = self.global_args(sig)
+        if self.gaps and self.partial(sig):
+            raise padding_gap_error(self.gaps)
+        outs = self.strategy._execute(self.executable, args)
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)

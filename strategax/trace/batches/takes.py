@@ -322,6 +322,10 @@ class InputPlan:
             self._give_back(self._taken.pop(id(sig.inputs), []))
             sig.inputs = None
 
+    def taken(self, sig) -> list:
+        """The (iterator, element) pairs the call of `sig` has taken."""
+        return self._taken.get(id(sig.inputs), []) if sig.inputs is not None else []
+
     def done(self, sig) -> None:
         """The call of `sig` ran: forget what it took."""
         if sig.inputs is not None:
