@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import strategax as sx
 
@@ -40,7 +40,70 @@ def image_data(n):
     return rng.normal(size=(n, 6, 6, 2)).astype(np.float32), rng.integers(0, 3, size=(n,)).astype(np.int32)
 
 
-MODELS = {"conv": (ConvNet, image_data)}
+class Block(nn.Module):
+    """A pre-norm Transformer block: LayerNorm, self-attention under a causal and padding mask
+    with attention dropout, Dropout, then RMSNorm and a two-headed MLP of DenseGenerals."""
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, h, mask):
+        a = nn.LayerNorm(dtype=self.dtype)(h)
+        a = nn.MultiHeadDotProductAttention(2, dtype=self.dtype, dropout_rate=0.1, deterministic=False)(a, mask=mask)
+        h = h + nn.Dropout(0.1, deterministic=False)(a)
+        m = nn.DenseGeneral((2, 4), dtype=self.dtype)(nn.RMSNorm(dtype=self.dtype)(h))
+        return h + nn.DenseGeneral(h.shape[-1], axis=(-2, -1), dtype=self.dtype)(nn.gelu(m))
+
+
+class Transformer(nn.Module):
+    """Embed, a rematerialized (nn.remat) Block, LayerNorm, and logits from the embedding."""
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, tokens, mask=None):
+        embed = nn.Embed(VOCAB, 8, dtype=self.dtype)
+        real = tokens > 0  # token 0 pads a sequence
+        attend = nn.combine_masks(nn.make_causal_mask(tokens), nn.make_attention_mask(real, real))
+        h = nn.remat(Block)(dtype=self.dtype)(embed(tokens), attend)
+        return embed.attend(nn.LayerNorm(dtype=self.dtype)(h))
+
+
+VOCAB = 11
+
+
+def token_data(n):
+    """Token ids 1..VOCAB-1, each sequence ending in 0-3 padding tokens (id 0); per-token labels."""
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(1, VOCAB, size=(n, 6)).astype(np.int32)
+    tokens[np.arange(6) >= 6 - rng.integers(0, 4, size=(n, 1))] = 0
+    return tokens, rng.integers(0, VOCAB, size=(n, 6)).astype(np.int32)
+
+
+class Recurrent(nn.Module):
+    """nn.RNN over an LSTMCell, then a GRUCell; nn.Bidirectional over OptimizedLSTMCells; an
+    LSTMCell under nn.scan (parameters broadcast over time); a Dense per step."""
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, mask=None):
+        h = nn.RNN(nn.LSTMCell(4, dtype=self.dtype))(x)
+        h = nn.RNN(nn.GRUCell(4, dtype=self.dtype))(h)
+        h = nn.Bidirectional(nn.RNN(nn.OptimizedLSTMCell(3, dtype=self.dtype)),
+                             nn.RNN(nn.OptimizedLSTMCell(3, dtype=self.dtype)))(h)
+        scan = nn.scan(nn.LSTMCell, variable_broadcast="params", split_rngs={"params": False},
+                       in_axes=1, out_axes=1)(4, dtype=self.dtype)
+        carry = scan.initialize_carry(jax.random.key(0), h[:, 0].shape)
+        _, h = scan(carry, h)
+        return nn.Dense(3, dtype=self.dtype)(h)
+
+
+def sequence_data(n):
+    """Sequences of 5 steps of 2 features; a label per step."""
+    rng = np.random.default_rng(3)
+    return rng.normal(size=(n, 5, 2)).astype(np.float32), rng.integers(0, 3, size=(n, 5)).astype(np.int32)
+
+
+MODELS = {"conv": (ConvNet, image_data), "transformer": (Transformer, token_data),
+          "recurrent": (Recurrent, sequence_data)}
 
 
 def per_example_loss(logits, y):
@@ -50,7 +113,19 @@ def per_example_loss(logits, y):
 
 
 def init(model, x):
-    variables = model.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, x[:2])
+    """Variables of the shapes flax makes, drawn with NumPy (compiling flax's initializers and
+    forward pass would cost more than the steps): kernels and embeddings N(0, 1/fan-in), biases
+    N(0, 0.1^2), scales 1 + N(0, 0.1^2); BatchNorm's running mean 0 and variance 1."""
+    shapes = jax.eval_shape(lambda: model.init({"params": jax.random.key(0), "dropout": jax.random.key(1)}, x[:2]))
+    rng = np.random.default_rng(0)
+
+    def draw(path, s):
+        name, noise = path[-1].key, rng.normal(size=s.shape).astype(s.dtype)
+        fixed = {"mean": np.zeros(s.shape, s.dtype), "var": np.ones(s.shape, s.dtype),
+                 "bias": 0.1 * noise, "scale": 1 + 0.1 * noise}
+        return fixed.get(name, noise / np.sqrt(np.prod(s.shape[:-1])))
+
+    variables = jax.tree_util.tree_map_with_path(draw, shapes)
     return variables["params"], variables.get("batch_stats", {})
 
 
@@ -137,11 +212,11 @@ def test_flax_model_trains_like_hand_written_shard_map(name, dtype):
     module, data = MODELS[name]
     model = module(dtype=jnp.dtype(dtype))
     xs, ys = data(sum(BATCHES))
-    params, stats = jax.jit(init, static_argnums=0)(model, xs)
     strategy = sx.MirroredStrategy(jax.devices()[:R])
     mesh = Mesh(np.array(jax.devices()[:R]), ("r",))
     sx_step, jax_step = strategax_step(strategy, model), shard_map_step(mesh, model)
-    sx_state = jax_state = (params, stats)
+    # replicated on the mesh from the start: the hand-written step compiles once
+    sx_state = jax_state = jax.device_put(init(model, xs), NamedSharding(mesh, P()))
     dataset = [(xs[s:s + b], ys[s:s + b]) for s, b in zip(np.cumsum((0,) + BATCHES), BATCHES)]
     tol = TOLERANCE[dtype]
     for i, (batch, sx_batch) in enumerate(zip(dataset, strategy.experimental_distribute_dataset(dataset))):
