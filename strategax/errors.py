@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,8 @@ def user_location(skip: int = 1) -> tuple[str, int]:
 
 class StrategaxError(Exception):
     """Mixin for strategax's misuse errors; `file` and `line` locate the user's code."""
+
+    op: Any = None  # the IR op a pass found the problem at (tools reading IR text point at its line)
 
     def __init__(self, message: str, fix: str | None = None, *,
                  location: tuple[str, int] | None = None):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import here
+from conftest import assert_names_this_line, here
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -52,6 +52,18 @@ def model(strategy):
 def batch_of(strategy):
     x, y = data()
     return next(iter(strategy.experimental_distribute_dataset([(x, y)])))
+
+
+def test_hlo_where_the_backend_keeps_no_text_is_a_named_error(monkeypatch):
+    # Intent: where XLA keeps no HLO text of the compiled program (JAX's Compiled.as_text()
+    # returns None on such a backend), f.hlo() raises a located error saying what to read
+    # instead; it never returns None where it promises text.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    step = strategy.function(lambda x: x + 1.0)
+    monkeypatch.setattr(jax.stages.Compiled, "as_text", lambda self: None)
+    with pytest.raises(sx.DistributionRuntimeError, match=r"(?s)no HLO text.*f\.stablehlo") as err:
+        line = here(); step.hlo(jnp.ones(2))  # noqa: E702  here() names the line of the call
+    assert_names_this_line(err, line)
 
 
 def test_compiled_hlo_names_each_ir_op_and_the_users_line():

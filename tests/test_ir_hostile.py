@@ -25,7 +25,7 @@ def const(dense: str, ty: str) -> str:
     # generic ops are checked by JAX's abstract evaluation: parameters, arity, result types
     (F.format(args="%x: f32[3]", rets="f32[2,3]", ret="%b",
               op="%b = jax.broadcast_in_dim %x {shape = (2, 3), sharding = none} : f32[2,3]"),
-     3, 5, "missing 1 required positional argument: 'broadcast_dimensions'"),
+     3, 5, "'broadcast_dimensions'"),  # JAX's TypeError: missing 1 required (keyword-only in 0.11) argument
     (F.format(args="%x: f32[3]", rets="f32[4]", op="%b = jax.neg %x : f32[4]", ret="%b"),
      3, 5, "result 0 is f32[4], but `neg` of these operands gives f32[3]"),
     (F.format(args="", rets="f32[3]", op="%b = jax.neg : f32[3]", ret="%b"),

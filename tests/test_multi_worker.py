@@ -146,6 +146,20 @@ def test_simple_cluster_resolver():
     assert r.worker_addresses() == ["a:1", "b:2"] and r.worker_index() == 0 and r.master() == "a:1"
 
 
+def test_a_resolver_without_a_task_index_is_a_named_error():
+    # Intent: a ClusterResolver subclass that names its task type but no index (task_id None, the
+    # base class's default) is a located ClusterConfigError, not a TypeError from `offset + None`.
+    class Resolver(sx.cluster_resolver.ClusterResolver):
+        task_type = "worker"
+
+        def cluster_spec(self):
+            return sx.cluster_resolver.ClusterSpec({"worker": ["a:1", "b:2"]})
+
+    with pytest.raises(sx.cluster_resolver.ClusterConfigError, match="task_id is None") as err:
+        line = here(); sx.MultiWorkerMirroredStrategy(Resolver())  # noqa: E702  here() names the line of the call
+    assert_names_this_line(err, line)
+
+
 @pytest.mark.parametrize("config,words", [
     ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0', "not valid JSON"),
     ('[1, 2]', "must be a JSON object"),

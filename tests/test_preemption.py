@@ -59,11 +59,15 @@ def preempt_and_resume(tmp_path, workers: int, devices: tuple[int, int], referen
     with Job(tmp_path / "second", workers, devices[1], [str(STEPS), str(ckpt), "0"], script=WORKER) as job:
         assert job.wait(timeout=120) == [0] * workers, job.logs()
         results = [job.result(w) for w in range(workers)]
-    # the async save of the last step, still being written at exit, was completed, not lost
+        errors = job.errs[0].read_text()
+    # the async save of the last step, still being written at exit, was completed, not lost;
+    # from Python 3.12 no thread may start at exit (orbax's last steps start some): that save
+    # stays unpublished, the one before it is the latest, and stderr says how to keep it
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as orbax:
         final = orbax.restore(sx.latest_checkpoint(str(ckpt)),
                               args=ocp.args.StandardRestore(fallback_sharding=one_device))
-    assert (int(final["checkpointed_runs"]), float(final["seen"])) == (STEPS, STEPS * GLOBAL_BATCH)
+    last = STEPS if sys.version_info < (3, 12) or "manager.sync()" not in errors else STEPS - 5
+    assert (int(final["checkpointed_runs"]), float(final["seen"])) == (last, last * GLOBAL_BATCH), errors[-2000:]
     for r in results:
         assert r["start"] == saved[0]  # resumed where the preempted run stopped
         # the SUM rule on the new replica count: each of this worker's copies holds its share

@@ -539,9 +539,10 @@ def test_ragged_gather_of_nested_structure(n):
     assert_tree(mean, {"x": want, "x2": [want]})
 
 
+# (all_gather along the differing axis failed in this recording only because its cases shared one
+# process; recorded one per process, TensorFlow concatenates: tests/test_ragged_shapes.py)
 @pytest.mark.parametrize("case", ["reduce_sum_x_axis1", "reduce_sum_x_axisNone", "reduce_sum_y_axis0",
-                                  "gather_y_axis0", "gather_x_axis1", "all_gather_x_axis0",
-                                  "all_gather_y_axis1", "all_gather_nested_axis0"])
+                                  "gather_y_axis0", "gather_x_axis1"])
 def test_ragged_where_tensorflow_raises(case):
     rec = scenario("ragged_r2")
     assert "error" in rec[f"{case}_eager"] and "error" in rec[f"{case}_tf_function"]
@@ -553,10 +554,6 @@ def test_ragged_where_tensorflow_raises(case):
         "reduce_sum_y_axis0": lambda: strategy.reduce("SUM", y, axis=0),
         "gather_y_axis0": lambda: strategy.gather(y, axis=0),
         "gather_x_axis1": lambda: strategy.gather(x, axis=1),
-        "all_gather_x_axis0": lambda: strategy.run(lambda v: sx.get_replica_context().all_gather(v, axis=0), args=(x,)),
-        "all_gather_y_axis1": lambda: strategy.run(lambda v: sx.get_replica_context().all_gather(v, axis=1), args=(y,)),
-        "all_gather_nested_axis0": lambda: strategy.run(
-            lambda v: sx.get_replica_context().all_gather({"a": v, "b": [v]}, axis=0), args=(x,)),
     }
     with pytest.raises(ValueError) as e:
         calls[case]()
@@ -564,8 +561,10 @@ def test_ragged_where_tensorflow_raises(case):
 
 
 def test_ragged_gather_along_the_differing_axis():
-    # TensorFlow fails here (recorded); the components agree off axis 1, so strategax concatenates.
-    assert "error" in scenario("ragged_r2")["gather_y_axis1_eager"]
+    # TensorFlow concatenates along the axis the components differ on (ragged_shapes.json, recorded
+    # in a process of its own: this group's shared-process recording failed), as strategax does.
+    shapes = json.loads((pathlib.Path(__file__).parent / "data/tf/ragged_shapes.json").read_text())["scenarios"]
+    assert shapes["row_gather_axis1_eager_r2"]["result"]["value"]["value"] == [[0.0, 10.0, 11.0]]
     strategy = mirrored(2)
     _, y = _ragged(strategy)
     want = np.concatenate([np.asarray(c) for c in strategy.experimental_local_results(y)], axis=1)

@@ -33,6 +33,21 @@ def test_none_aggregation_update_with_per_replica_value():
     assert [float(c) for c in v.values] == [3.0, 3.0]
 
 
+@pytest.mark.parametrize("kind", [sx.MirroredVariable, sx.SyncOnReadVariable])
+def test_distributed_variable_made_outside_a_scope(kind):
+    # Intent: a mirrored or sync-on-read variable belongs to a strategy; made directly outside any
+    # scope it would have no replicas (a SUM sync-on-read assign divided by None), so it is a
+    # located error at its creation, and sx.Variable there stays a plain variable (API.md).
+    with pytest.raises(RuntimeError, match="outside a strategy's scope") as err:
+        line = here(); kind(1.0, aggregation="sum")  # noqa: E702  here() names the line of the call
+    assert_names_this_line(err, line)
+    assert isinstance(err.value, sx.DistributionRuntimeError)
+    plain = sx.Variable(1.0, aggregation="sum")
+    assert type(plain) is sx.Variable
+    plain.assign(4.0)
+    assert float(plain.read_value()) == 4.0
+
+
 def test_assign_add_sum_sync_on_read_in_cross_replica_context():
     # Intent: TF 2.21 raises ValueError here too (SUM has no per-copy meaning for a delta).
     st = strategy2()

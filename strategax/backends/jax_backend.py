@@ -127,6 +127,6 @@ def _result_type(t: TensorType, mesh: Mesh) -> TensorType:
     return t
 
 
-def make_mesh(devices: Sequence[jax.Device]) -> Mesh:
+def make_mesh(devices: Sequence[jax.Device]) -> Mesh:  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
     """The 1-D mesh of the replicas, axis "replica"."""
     return Mesh(np.array(list(devices)), (AXIS,))

@@ -25,10 +25,11 @@ import numpy as np
 
 from ..cluster import rendezvous
 from ..cluster import runtime as cluster_runtime
+from ..cluster.runtime import WorkerRuntime
 from ..errors import CheckpointError
 from ..variables import Optimizer, ShardedVariable, Variable
 from . import digest, names, paths, storage
-from .names import Path, shown
+from .names import Path, Stored, shown
 from .status import CheckpointLoadStatus, InitializationOnlyStatus
 
 _in_flight: "weakref.WeakSet[Checkpoint]" = weakref.WeakSet()
@@ -36,12 +37,17 @@ SAVE_WAIT_S = 300.0  # how long a save waits for the other workers without Commu
 
 
 def _finish_async_saves() -> None:
-    """An async save still writing when the program ends is completed, not lost."""
+    """An async save still writing when the program ends is completed, not lost (Python 3.11;
+    from 3.12 Python lets no thread start while it shuts down, and orbax's last steps start
+    some: the save is then left unpublished, the previous checkpoint stays the latest, and
+    this says so)."""
     for ckpt in list(_in_flight):
         try:
             ckpt.sync()
         except Exception as e:  # noqa: BLE001 - report, never hang or mask the exit
-            print(f"strategax: an async checkpoint save failed: {e}", file=sys.stderr, flush=True)
+            hint = ("; Python 3.12+ starts no thread at exit: call manager.sync() (or checkpoint.sync()) "
+                    "before the program ends" if sys.version_info >= (3, 12) else "")
+            print(f"strategax: an async checkpoint save failed: {e}{hint}", file=sys.stderr, flush=True)
 
 
 @functools.cache
@@ -142,32 +148,33 @@ class _Save:
     that only another one creates. A synchronous save returns on every worker once the chief's
     checkpoint is on disk, and fails on every worker if the chief's write failed."""
 
-    def __init__(self, directory: str, name: str, number: int | None, entries: dict[Path, Variable],
+    def __init__(self, directory: str, name: str, number: int | None, entries: dict[Path, Stored],
                  asynchronous: bool, published: Callable[[], None] | None):
         self.entries, self.asynchronous, self.published = entries, asynchronous, published
         self.runtime = _runtime(entries) if jax.process_count() > 1 else None
         self.chief = self.runtime is None or self.runtime.peers.index == 0
-        self.claim, self.chiefs = None, None  # this worker's number; the chief's checkpoint
+        self.claim: paths.Claim | None = None  # this worker's number
+        self.chiefs: tuple[str, int] | None = None  # the chief's checkpoint (path, number)
         if self.runtime is None:
             self.claim = paths.Claim(directory, name, number)
         else:
             self._agree(directory, name, number)
-        self.path = os.path.join(directory, f"{name}-{self.claim.number if self.claim else self.chiefs[1]}")
+        self.path = os.path.join(directory, f"{name}-{self.claim.number if self.claim else self._chiefs()[1]}")
 
     def _agree(self, directory: str, name: str, number: int | None) -> None:
         """Every worker arrives (bounded: the late are named); the chief, and every worker with
         a folder of its own, claims a number; every worker learns the chief's checkpoint."""
         what = f"saving checkpoint {os.path.join(directory, name)}-N"
-        saves = rendezvous.channel("checkpoint-save")
-        where = saves.all_gather(self.runtime, f"{os.path.realpath(directory)}{os.sep}{name}", what, self._bound())
+        saves, runtime = rendezvous.channel("checkpoint-save"), self._worker_runtime()
+        where = saves.all_gather(runtime, f"{os.path.realpath(directory)}{os.sep}{name}", what, self._bound())
         failure, told = None, ""
-        if self.chief or where[self.runtime.peers.index] != where[0]:
+        if self.chief or where[runtime.peers.index] != where[0]:
             try:
                 self.claim = paths.Claim(directory, name, number)
                 told = str(self.claim.number)
             except Exception as e:  # noqa: BLE001 - the others must hear of it, not wait for a number
                 failure, told = e, f"{type(e).__name__}: {e}"
-        told = saves.all_gather(self.runtime, told, what, self._bound())[0]
+        told = saves.all_gather(runtime, told, what, self._bound())[0]
         if failure is not None:
             raise failure
         if not told.isdigit():
@@ -177,8 +184,24 @@ class _Save:
                                   "see worker 0's error")
         self.chiefs = (f"{where[0]}-{told}", int(told))
 
+    def _worker_runtime(self) -> WorkerRuntime:
+        """The multi-worker runtime; only a multi-worker save waits for the others."""
+        assert self.runtime is not None, "a single-process save waits for no other worker"
+        return self.runtime
+
+    def _claimed(self) -> paths.Claim:
+        """This worker's number: the chief, and a worker with a folder of its own, hold one."""
+        assert self.claim is not None, "only a worker that shares the chief's folder holds no number"
+        return self.claim
+
+    def _chiefs(self) -> tuple[str, int]:
+        """The chief's checkpoint (path, number), which the workers agreed on (`_agree`)."""
+        assert self.chiefs is not None, "a multi-worker save agrees on the chief's checkpoint first"
+        return self.chiefs
+
     def _bound(self) -> float:
-        return self.runtime.timeout if self.runtime.timeout is not None else SAVE_WAIT_S
+        timeout = self._worker_runtime().timeout
+        return timeout if timeout is not None else SAVE_WAIT_S
 
     def run(self, ckpt: Checkpoint) -> str:
         try:
@@ -192,7 +215,7 @@ class _Save:
             try:
                 finish = self._write(arrays)
             except BaseException as e:
-                self.claim.abandon()
+                self._claimed().abandon()
                 self._tell_others(e)
                 raise
         if self.asynchronous and self.claim:
@@ -216,7 +239,7 @@ class _Save:
 
     def _write(self, arrays: dict) -> Callable[[], None]:
         """Hand orbax the arrays (and dispatch their digests); returns what completes the write."""
-        finish = storage.write(self.claim.staging, names.nest({p: arrays[id(v)] for p, v in self.entries.items()}),
+        finish = storage.write(self._claimed().staging, names.nest({p: arrays[id(v)] for p, v in self.entries.items()}),
                                asynchronous=self.asynchronous)
         keys = list(arrays)
         sums = digest.start([arrays[k] for k in keys])  # queued behind orbax's copies, not before them
@@ -224,8 +247,8 @@ class _Save:
         def complete() -> None:
             finish()
             by_var = dict(zip(keys, sums()))  # the digests are in: the checkpoint can be published
-            storage.write_record(self.claim.staging, {"digests": {names.dotted(p): by_var[id(v)]
-                                                                  for p, v in self.entries.items()}})
+            storage.write_record(self._claimed().staging, {"digests": {names.dotted(p): by_var[id(v)]
+                                                                       for p, v in self.entries.items()}})
         return complete
 
     def _refer(self) -> None:
@@ -233,14 +256,15 @@ class _Save:
         synchronous save), a checkpoint here that refers to it."""
         if not self.asynchronous:
             self._wait_for_chief()
-        storage.write_reference(self.claim.staging, self.chiefs[0])
+        storage.write_reference(self._claimed().staging, self._chiefs()[0])
 
     def _complete(self, finish: Callable[[], None]) -> None:
+        claim = self._claimed()
         try:
             finish()
-            self.claim.publish()
+            claim.publish()
         except BaseException as e:
-            self.claim.abandon()
+            claim.abandon()
             if self.chief:
                 self._tell_others(e)
             raise
@@ -259,15 +283,16 @@ class _Save:
     def _wait_for_chief(self) -> None:
         """A worker but the chief: wait until the chief's checkpoint is on disk (while the chief
         lives, up to SAVE_WAIT_S), and fail as the chief's write failed."""
+        checkpoint = self._chiefs()[0]
         outcome = rendezvous.channel("checkpoint-saved").all_gather(
-            self.runtime, "", f"waiting for the chief to write checkpoint {self.chiefs[0]}",
+            self._worker_runtime(), "", f"waiting for the chief to write checkpoint {checkpoint}",
             max(self._bound(), SAVE_WAIT_S))[0]
         if outcome != "ok":
-            raise CheckpointError(f"the chief (worker 0) could not write checkpoint {self.chiefs[0]}: {outcome}",
+            raise CheckpointError(f"the chief (worker 0) could not write checkpoint {checkpoint}: {outcome}",
                                   "see worker 0's error")
 
 
-def _runtime(entries: dict[Path, Variable]):
+def _runtime(entries: dict[Path, Stored]) -> WorkerRuntime:
     """The multi-worker runtime the save waits through (its bound: the strategy's timeout)."""
     for var in entries.values():
         runtime = getattr(var._strategy, "_runtime", None)
@@ -342,7 +367,7 @@ class _Plan:
 
     def __init__(self, objects: names.Objects, meta: dict, path: str):
         self.path, self.meta = path, meta
-        self.assign: list[tuple[Path, Variable]] = []
+        self.assign: list[tuple[Path, Stored]] = []
         self.deferred: list[tuple[Optimizer, Variable, Path, list]] = []
         used: set[Path] = set()
         for p, var in names.stored(objects).items():
@@ -355,11 +380,13 @@ class _Plan:
             for var in unique:
                 prefix = names.slot_prefix(opt_path, var_paths[id(var)])
                 found = [p[len(prefix):] for p in meta if p[:len(prefix)] == prefix]
-                if found and isinstance(var, ShardedVariable):
-                    raise CheckpointError(
-                        f"checkpoint {path} holds optimizer state for {shown(var_paths[id(var)])!r}, here a "
-                        "sharded variable: optimizer state of sharded variables cannot be restored yet",
-                        "restore the model without the optimizer, or into an unsharded variable")
+                if isinstance(var, ShardedVariable):
+                    if found:
+                        raise CheckpointError(
+                            f"checkpoint {path} holds optimizer state for {shown(var_paths[id(var)])!r}, here a "
+                            "sharded variable: optimizer state of sharded variables cannot be restored yet",
+                            "restore the model without the optimizer, or into an unsharded variable")
+                    continue  # no state of it in the checkpoint: nothing to check or restore
                 if opt.has_slots(var):
                     want = {sp for v, sp, _ in opt.slot_variables() if v is var}
                 else:

@@ -51,7 +51,7 @@ class CheckpointManager:
     def checkpoints(self) -> list[str]:
         """The complete checkpoints of this manager's name, oldest first."""
         return [p for _, p in paths.numbered(self._directory)
-                if paths.NUMBERED.match(os.path.basename(p)).group("name") == self._name]
+                if (m := paths.NUMBERED.match(os.path.basename(p))) and m.group("name") == self._name]
 
     @property
     def latest_checkpoint(self) -> str | None:
@@ -65,7 +65,7 @@ class CheckpointManager:
         step = None
         if self._step_counter is not None:
             step = int(self._step_counter.numpy())
-        if self._interval is not None and check_interval and self._last_step is not None \
+        if self._interval is not None and check_interval and self._last_step is not None and step is not None \
                 and step - self._last_step < self._interval:
             return None
         path = self._checkpoint._save(self._directory, self._name, checkpoint_number,

@@ -19,6 +19,7 @@ from ..errors import CheckpointError
 from ..variables import Optimizer, ShardedVariable, Variable
 
 Path = tuple[str, ...]
+Stored = Variable | ShardedVariable  # what an entry holds: a sharded variable is stored whole
 
 
 def dotted(path: Path) -> str:
@@ -34,7 +35,7 @@ def shown(path: Path) -> str:
 @dataclass
 class Objects:
     """The variables and optimizers of a Checkpoint, by path."""
-    variables: dict[Path, Variable] = field(default_factory=dict)
+    variables: dict[Path, Stored] = field(default_factory=dict)
     optimizers: dict[Path, Optimizer] = field(default_factory=dict)
 
     def path_of(self) -> dict[int, Path]:
@@ -72,9 +73,9 @@ def _walk(path: Path, obj: Any, out: Objects) -> None:
                               "pass variables, optimizers, or dicts/lists of them")
 
 
-def stored(objects: Objects) -> dict[Path, Variable]:
+def stored(objects: Objects) -> dict[Path, Stored]:
     """Every entry the checkpoint stores, by path; raises on names orbax cannot keep apart."""
-    entries = dict(objects.variables)
+    entries: dict[Path, Stored] = dict(objects.variables)
     paths = objects.path_of()
     shards = {id(s): path for path, v in objects.variables.items() if isinstance(v, ShardedVariable)
               for s in v.variables}

@@ -65,6 +65,9 @@ class ClusterResolver:
             raise ClusterConfigError(
                 f"task type {self.task_type!r} does not take part in MultiWorkerMirroredStrategy",
                 'run it as a "worker" (or "chief") task; other task types run no replicas')
+        if self.task_id is None:
+            raise ClusterConfigError(f"this {self.task_type!r} task has no index (the resolver's task_id is None)",
+                                     "set task_id to this process's index in its job")
         offset = sum(self.cluster_spec().num_tasks(j) for j in WORKER_JOBS[:WORKER_JOBS.index(self.task_type)])
         return offset + self.task_id
 

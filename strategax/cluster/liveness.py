@@ -12,7 +12,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Callable, cast
 
 from .address import split_address
 
@@ -64,7 +64,7 @@ class Server:
                     if key.fileobj is self._sock:
                         self._accept(pending)
                     else:
-                        self._read(key.fileobj, pending)
+                        self._read(cast(socket.socket, key.fileobj), pending)  # a connection registered above
                 now = time.monotonic()
                 for conn in [c for c, (_, deadline) in pending.items() if deadline < now]:
                     self._drop(conn, pending)

@@ -9,7 +9,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .base import ClusterResolver
 from .cluster_spec import ClusterSpec
@@ -24,6 +24,7 @@ def ray_module():
     """`ray`, or an error that says how to install it."""
     try:
         import ray
+        import ray.exceptions  # imported by ray itself; named here so that type checkers know it
     except ImportError:
         raise ClusterStartError("ParameterServerStrategy runs on Ray, which is not installed",
                                 'pip install "strategax[ps]"') from None
@@ -38,13 +39,18 @@ def cloudpickle():
     return ray.cloudpickle
 
 
+def dumps(obj: Any) -> bytes:
+    """`obj` (a function with its closure, arguments, an error) as it travels to and from the actors."""
+    return cloudpickle().dumps(obj)  # pyright: ignore[reportPrivateImportUsage]  - ray re-exports it without __all__
+
+
 def connect(address: str | None, init_kwargs: dict | None = None) -> None:
     """Join the Ray cluster at `address` ("auto", "host:port"), or start a local one (`None`),
     unless this process is connected already."""
     ray = ray_module()
     if ray.is_initialized():
         return
-    kwargs = dict(LOCAL if address is None else {}, **(init_kwargs or {}))
+    kwargs: dict[str, Any] = dict(LOCAL if address is None else {}, **(init_kwargs or {}))
     try:
         ray.init(address="local" if address is None else address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
@@ -142,6 +148,7 @@ def placement_of(resolver: Any) -> Placement:
     if None in workers or None in servers:
         raise ClusterConfigError(f"the worker and ps tasks must be numbered 0, 1, ... without gaps: {spec.as_dict()}",
                                  "list the tasks of each job in order")
+    workers, servers = cast(list[str], workers), cast(list[str], servers)  # without gaps (None): checked above
     if resolver.task_type not in (None, "chief"):
         raise ClusterConfigError(
             f"this process is task {resolver.task_type!r} {resolver.task_id}; on Ray only the chief runs the "

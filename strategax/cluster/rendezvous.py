@@ -54,9 +54,12 @@ def preemption_save():
 
 
 def _client():
+    """The coordination service's client: a `WorkerRuntime` exists only once the workers joined it."""
     from jax._src import distributed
 
-    return distributed.global_state.client
+    client = distributed.global_state.client
+    assert client is not None, "the workers exchange values only once jax.distributed is initialized"
+    return client
 
 
 class Channel:

@@ -157,7 +157,7 @@ def _gloo_bound_to(host: str):
     """JAX creates gloo's TCP transport with no host, so it listens on the address the machine's
     hostname resolves to; give it this worker's TF_CONFIG host instead (jaxlib 0.10.2 reads
     `make_gloo_tcp_collectives` when the CPU backend starts)."""
-    from jaxlib import _jax
+    from jax._src.lib import _jax  # pyright: ignore[reportPrivateImportUsage]  the hook has no public name
 
     original = _jax.make_gloo_tcp_collectives
 

@@ -56,11 +56,13 @@ def start_watcher(peers: Peers) -> None:
             "restart": RESTART, "magic": MAGIC}
     child = subprocess.Popen([sys.executable, "-c", _WATCH, json.dumps(spec)], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL)
+    stdin = child.stdin
+    assert stdin is not None  # stdin=PIPE
 
     def goodbye() -> None:
         try:
-            child.stdin.write(b"bye")
-            child.stdin.close()
+            stdin.write(b"bye")
+            stdin.close()
         except (OSError, ValueError):
             pass
 

@@ -91,11 +91,17 @@ def replica_id():
 
 
 # --- sx.all_reduce: every replica gets the reduction of all replicas' values ---------------
+# What an all_reduce carries, where a pass must know it (compress-collectives): "variable", the
+# aggregation insert-collectives adds for a variable; "gradient", a reduction of gradients (an
+# all_reduce's or all_gather's transpose, and ReplicaContext.all_reduce / batch_reduce_to, where
+# a custom training loop reduces its gradients). Absent: a value the user reduces.
+CARRIES = ("gradient", "variable")
 declare(OpDef("sx.all_reduce", "Reduce (sum, mean, max, min) a value over all replicas.",
               num_operands=1, num_results=1,
               attrs={"op": Enum(*REDUCE_OPS), "reason": Str(),
                      "bytes_per_pack": Int(minimum=0, required=False),
-                     "compression": Enum(*COMPRESSIONS, required=False)},
+                     "compression": Enum(*COMPRESSIONS, required=False),
+                     "carries": Enum(*CARRIES, required=False)},
               locality=mirrored, verify=same_type, is_collective=True))
 all_reduce_p = primitive("sx.all_reduce")
 all_reduce_p.def_effectful_abstract_eval(
@@ -105,6 +111,7 @@ all_reduce_p.def_effectful_abstract_eval(
 def _all_reduce_transpose(ct, x, *, op, reason, **extra):
     if op not in ("sum", "mean"):
         raise TypeError(f"all_reduce({op.upper()}) is not differentiable; use SUM or MEAN")
+    extra["carries"] = "gradient"
     return [all_reduce_p.bind(ct, op=op, reason=f"gradient of {reason}", **extra)]
 
 
@@ -149,15 +156,18 @@ REFERENCE["sx.all_reduce"] = lambda op, args, ctx: [
     [reference_reduce(op.attrs["op"], args[0])] * len(args[0])]
 
 
-def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, compression: str | None = None):
+def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, compression: str | None = None,
+               carries: str | None = None):
     """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
     `fuse-collectives` reads (absent: the pass's default, one bucket per op and group);
     `compression` ("bf16", "f16") one that `compress-collectives` reads, kept only where it
-    can apply: a SUM or MEAN of a float type wider than it."""
+    can apply: a SUM or MEAN of a float type wider than it; `carries` one of CARRIES."""
     x = jnp.asarray(x)
     extra: dict[str, int | str] = {} if bytes_per_pack is None else {"bytes_per_pack": int(bytes_per_pack)}
     if compression is not None and compressible(op, x.dtype):
         extra["compression"] = compression
+    if carries is not None:
+        extra["carries"] = carries
     return all_reduce_p.bind(x, op=op, reason=reason, **extra)
 
 
@@ -213,7 +223,7 @@ all_gather_p.def_effectful_abstract_eval(_all_gather_abstract)
 
 def _all_gather_transpose(ct, x, *, axis, num_replicas, reason):
     # Each replica's piece receives the sum over replicas of that piece's cotangent.
-    total = all_reduce_p.bind(ct, op="sum", reason=f"gradient of {reason}")
+    total = all_reduce_p.bind(ct, op="sum", reason=f"gradient of {reason}", carries="gradient")
     size = total.shape[axis] // num_replicas
     start = replica_id() * size
     return [lax.dynamic_slice_in_dim(total, start, size, axis)]

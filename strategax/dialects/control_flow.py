@@ -224,7 +224,7 @@ def scan_layout(params: dict) -> dict:
     says the layout as `ft_in`, a flat tree (consts, carry, xs) of the operands."""
     if "num_carry" in params or "ft_in" not in params:
         return {}
-    consts, carry, _ = params["ft_in"].elts
+    consts, carry, _ = params["ft_in"].unpack()  # a tuple of three, or a pytree of three (after AD)
     return {"num_consts": len(consts), "num_carry": len(carry)}
 
 

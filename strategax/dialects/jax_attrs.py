@@ -305,8 +305,8 @@ def _flat_trees() -> None:
     """JAX 0.11's flat trees (scan's `ft_in` and `ft_out`: its operands' and results' layout),
     where this JAX has them: each case is a record of its constructor's arguments."""
     try:
-        from jax._src import flattree as ft
-        from jax._src.util import Either
+        from jax._src import flattree as ft  # pyright: ignore[reportAttributeAccessIssue]  JAX 0.11 only
+        from jax._src.util import Either  # pyright: ignore[reportAttributeAccessIssue]  JAX 0.11 only
     except ImportError:  # JAX 0.10: scan says num_consts and num_carry instead
         return
     record_type(ft.FTTuple, lambda t: [("elts", tuple(t.elts))], lambda f: ft.FTTuple(*f["elts"]))

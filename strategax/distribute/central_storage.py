@@ -27,7 +27,7 @@ class CentralStorageExtended(StrategyExtended):
         return (self._strategy._parameter_device,)
 
 
-def _default_parameter_device(compute: list[jax.Device]) -> jax.Device:
+def _default_parameter_device(compute: list[jax.Device]) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
     """TensorFlow's choice: the only compute device, else the first CPU."""
     if len(compute) == 1:
         return compute[0]
@@ -47,7 +47,7 @@ class CentralStorageStrategy(Strategy):
         self._extended = CentralStorageExtended(self)
 
     @property
-    def parameter_device(self) -> jax.Device:
+    def parameter_device(self) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
         return self._parameter_device
 
     def _ir_module_attrs(self) -> dict:

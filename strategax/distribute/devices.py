@@ -12,7 +12,7 @@ _DEVICE = re.compile(r"^(?:/job:[^/]+)?(?:/replica:\d+)?(?:/task:\d+)?/?(?:devic
                      r"(?P<kind>[A-Za-z_]+):(?P<index>\d+)$", re.IGNORECASE)
 
 
-def resolve_device(spec: Any) -> jax.Device:
+def resolve_device(spec: Any) -> jax.Device:  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
     """One device from a jax.Device or a string like "CPU:0", "gpu:1",
     "/job:localhost/replica:0/task:0/device:CPU:3"."""
     if isinstance(spec, jax.Device):
@@ -39,7 +39,7 @@ def resolve_device(spec: Any) -> jax.Device:
     return devices[index]
 
 
-def resolve_devices(specs: Sequence[Any] | None) -> list[jax.Device]:
+def resolve_devices(specs: Sequence[Any] | None) -> list[jax.Device]:  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
     """A list of distinct devices; None means all local devices."""
     if specs is None:
         return list(jax.local_devices())

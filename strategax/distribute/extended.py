@@ -18,7 +18,7 @@ from ..trace import range as steps_range
 from ..trace.cache import LRU
 from ..trace.fn_key import function_key
 from ..trace.retracing import Detector
-from ..trace.distributed_values import Mirrored, PerReplica, is_distributed, local_value
+from ..trace.distributed_values import DistributedValues, Mirrored, PerReplica, is_distributed, local_value
 from . import context
 from .options import check_options
 from .reduce_op import ReduceOp
@@ -172,7 +172,7 @@ class StrategyExtended:
                 continue
             out.append(Mirrored._traced(collectives.all_reduce(
                 local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack,
-                compression=compression)))
+                compression=compression, carries="gradient")))
         return out
 
     def broadcast_to(self, tensor: Any, destinations: Any):
@@ -239,7 +239,7 @@ class StrategyExtended:
             result = fn(*args, **kwargs)
         return self._group(result, group)
 
-    def _group(self, result, group: bool, cls=Mirrored):
+    def _group(self, result, group: bool, cls: type[DistributedValues] = Mirrored):
         """One result per replica, as TensorFlow: `cls` values for group=True (a plain value
         with one replica), else a tuple with one result per replica."""
         n = self._strategy.num_replicas_in_sync

@@ -21,7 +21,7 @@ from ..trace.distributed_values import DistributedValues, PerReplica, is_distrib
 def _to_per_replica(x: Any) -> Any:
     if is_distributed(x) or getattr(x, "_is_variable", False):
         return x
-    if isinstance(x, (jax.Array, jax.core.Tracer)) or hasattr(x, "shape") and hasattr(x, "dtype"):
+    if isinstance(x, (jax.Array, jax_core.Tracer)) or hasattr(x, "shape") and hasattr(x, "dtype"):
         return PerReplica._traced(x)
     return x  # a Python value: the same object on every replica
 

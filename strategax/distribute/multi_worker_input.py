@@ -14,14 +14,19 @@ import jax
 
 from .. import _context
 from ..cluster import rendezvous
-from ..cluster.runtime import STARTUP_SLACK_S
+from ..cluster.runtime import STARTUP_SLACK_S, WorkerRuntime
 from ..input.prefetch import stopping
 from ..trace.distributed_values import PerReplica, regroup
-from .strategy import ValueContext
+from .strategy import Strategy, ValueContext
 
 
-class MultiWorkerInputMixin:
+class MultiWorkerInputMixin(Strategy):
     """experimental_distribute_dataset / distribute_datasets_from_function, per worker."""
+
+    # set by MultiWorkerMirroredStrategy: the worker runtime (None on one worker), the workers, this one
+    _runtime: WorkerRuntime | None
+    _num_workers: int
+    _worker_index: int
 
     def _input_exchange(self) -> Callable[[str], list[str]] | None:
         """A new iterator's step-by-step agreement with the other workers (their lines, in worker

@@ -82,10 +82,16 @@ def as_padded_batch(strategy, x):
     """`x` (differing only along axis 0) as a padded per-replica batch for `run`."""
     comps = _host(x)
     if comps[0].ndim == 0 or len({c.shape[1:] for c in comps}) > 1:
+        axes = [k for k in range(1, comps[0].ndim) if len({c.shape[k] for c in comps}) > 1]
         raise DistributionValueError(
-            f"strategy.run of a PerReplica whose components differ in shape off the batch axis "
-            f"({[c.shape for c in comps]}): one compiled program runs every replica",
-            "give the components the same shape except along axis 0 (the rows), which may differ")
+            f"strategy.run of a PerReplica whose components differ in shape along axis "
+            f"{', '.join(map(str, axes)) or 0} ({[c.shape for c in comps]}): one compiled program runs every "
+            "replica, and strategax pads only axis 0 (the rows) of per-replica values (TensorFlow runs "
+            "each replica on its own shape)",
+            "give the components the same shape except along axis 0; strategy.gather(v, axis=k), "
+            "strategy.reduce(op, v, axis=k) and experimental_local_results take them as they are (outside "
+            "compiled functions), or pad them to one shape (jnp.pad) and pass the real extents as another "
+            "per-replica argument")
     if strategy._num_local_replicas != strategy.num_replicas_in_sync:
         raise DistributionValueError(
             "strategy.run of a PerReplica built by hand whose components differ in length, in a "

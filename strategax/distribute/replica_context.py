@@ -55,7 +55,7 @@ class ReplicaContext:
         pack = None if options is None else options.bytes_per_pack  # read by fuse-collectives
         return jax.tree_util.tree_map(
             lambda x: collectives.all_reduce(x, op, "ReplicaContext.all_reduce", bytes_per_pack=pack,
-                                             compression=merged.compress_to), value)
+                                             compression=merged.compress_to, carries="gradient"), value)
 
     def all_gather(self, value: Any, axis: int, options=None) -> Any:
         """Every replica gets all replicas' values concatenated along `axis`."""

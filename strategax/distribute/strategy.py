@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeGuard
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 
 from .. import _context
 from ..backends import make_mesh
@@ -26,6 +27,7 @@ from ..trace.batches import LocalResult
 from ..trace.retracing import Detector
 from ..trace.distributed_values import (DistributedValues, Mirrored, PerReplica, check_components, is_distributed,
                                         local_value, regroup)
+from ..variables import MirroredVariable
 from . import context, ragged
 from .devices import resolve_device, resolve_devices
 from .extended import StrategyExtended
@@ -53,7 +55,7 @@ class ValueContext:
                 f"num_replicas_in_sync={self.num_replicas_in_sync})")
 
 
-_VALUE_TYPES = (jax.Array, jax.core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
+_VALUE_TYPES = (jax.Array, jax_core.Tracer, np.ndarray, np.generic, int, float, complex, bool)
 
 
 def check_values(value: Any, api: str) -> None:
@@ -81,8 +83,8 @@ def _tree_map_distributed(fn, tree):
     return jax.tree_util.tree_map(fn, tree, is_leaf=is_distributed)
 
 
-def _is_mirrored_variable(x) -> bool:
-    return getattr(x, "_is_variable", False) and getattr(x, "_kind", "") == "MirroredVariable"
+def _is_mirrored_variable(x) -> TypeGuard[MirroredVariable]:
+    return isinstance(x, MirroredVariable)
 
 
 class StrategyScope:
@@ -118,7 +120,7 @@ class Strategy(LogicalDevicesMixin):
     _strategax_key_by_identity = True  # captured by an eager run's function: keyed by identity (fn_key)
     _communication_options = CommunicationOptions()  # the collectives' defaults (communication_options=)
 
-    def __init__(self, devices: Sequence[jax.Device]):
+    def __init__(self, devices: Sequence[jax.Device]):  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
         self._devices = list(devices)
         self._mesh = make_mesh(self._devices)
         self._extended = StrategyExtended(self)

@@ -55,7 +55,7 @@ class DeviceAssignment:
         return self.num_cores_per_replica
 
 
-def make_logical_mesh(devices: Sequence[jax.Device], num_replicas: int,
+def make_logical_mesh(devices: Sequence[jax.Device], num_replicas: int,  # pyright: ignore[reportInvalidTypeForm]  jaxlib ships no stub for Device
                       axes: tuple[tuple[str, int], ...]) -> Mesh:
     """The (replica, l0, l1, ...) mesh; all axes Auto so sharding constraints may name them."""
     shape = (num_replicas, *[size for _, size in axes])

@@ -5,7 +5,7 @@ in a background thread (`prefetch`)."""
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 import jax
 import numpy as np
@@ -190,7 +190,7 @@ class _Dataset:
         self._pending = None  # (first element, rest) read by element_spec from a one-shot source
         self._iterated = False  # a one-shot source can be iterated once
 
-    def _produce(self) -> Iterator:
+    def _produce(self) -> Generator:
         raise NotImplementedError
 
     def _one_shot(self) -> bool:
@@ -264,7 +264,7 @@ class DistributedDataset(_Dataset):
     def _one_shot(self) -> bool:
         return is_one_shot(self._dataset)
 
-    def _produce(self) -> Iterator:
+    def _produce(self) -> Generator:
         if self._policy is not None:
             yield from worker_batches(self._strategy, host_iterator(self._dataset), self._policy)
             return

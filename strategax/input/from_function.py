@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import DistributionValueError
 from .context import InputContext
 from .dataset import _Dataset, check_iterable, host_iterator, is_one_shot
-from .place import place_local, place_pieces
+from .place import place_local, place_pieces, place_ragged
 from .split import BatchError, batch_leaves, check_dtypes
 
 
@@ -70,7 +70,10 @@ class DatasetsFromFunction(_Dataset):
                 real = [ls[j] for ls in leaves]
                 empty = np.zeros((0, *real[0].shape[1:]), real[0].dtype)
                 pieces.append(real + [empty] * (n - len(step)))
-            yield place_pieces(mesh, pieces, treedef, counts, rows)
+            if _differ_beyond_rows(leaves):  # TensorFlow's replicas may get batches of other widths
+                yield place_ragged(self._strategy._devices, pieces, treedef)
+            else:
+                yield place_pieces(mesh, pieces, treedef, counts, rows)
             if len(step) < n:
                 return
 
@@ -106,6 +109,12 @@ def across_workers(strategy, it: Iterator, exchange: Callable[[str], list[str]])
         mine: dict = {"counts": [], "leaves": None}
         if step:
             leaves, treedef = _element_leaves(step, treedef)
+            if _differ_beyond_rows(leaves):
+                raise BatchError(
+                    DistributionValueError, "this worker's dataset_fn elements differ in shape beyond the batch "
+                    f"axis ({[[x.shape for x in ls] for ls in leaves]}) in a multi-worker job",
+                    "give every element of a multi-worker dataset_fn one shape beyond the batch axis (pad "
+                    "them to one width), or run it in one process")
             template = [np.zeros((0, *x.shape[1:]), x.dtype) if x.ndim else x for x in leaves[0]]
             scalars = leaves[0][0].ndim == 0
             mine = {"counts": [None if scalars else len(ls[0]) for ls in leaves],
@@ -134,6 +143,11 @@ def across_workers(strategy, it: Iterator, exchange: Callable[[str], list[str]])
         local = [list(ls) for ls in zip(*leaves)] if step else [[] for _ in template]
         pieces = [real + [empty] * (k - len(real)) for real, empty in zip(local, template)]
         yield place_local(strategy._mesh, pieces, treedef, counts, rows)
+
+
+def _differ_beyond_rows(leaves: list[list[np.ndarray]]) -> bool:
+    """Whether the step's elements (`leaves[element][leaf]`) differ in shape beyond axis 0."""
+    return any(len({x.shape[1:] for x in same}) > 1 for same in zip(*leaves))
 
 
 def _check_alike(every: list[dict]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import jax
 import numpy as np
@@ -75,7 +75,7 @@ class Dataset:
         if int(buffer_size) < 1:
             raise DistributionValueError(f"shuffle buffer size {buffer_size}", "give a buffer size of at least 1")
         size = int(buffer_size)
-        entropy = np.random.SeedSequence(seed).entropy
+        entropy = cast(int, np.random.SeedSequence(seed).entropy)  # an int: `seed` is one or None
 
         def shuffled(epoch: tuple) -> Iterator:
             rng = np.random.default_rng([entropy, *(epoch if reshuffle_each_iteration else ())])
@@ -91,17 +91,17 @@ class Dataset:
 
     def repeat(self, count: int | None = None) -> "Dataset":
         """The elements `count` times over (forever when None or -1)."""
-        forever = count is None or count == -1
+        times = None if count is None or count == -1 else int(count)  # None: forever
 
         def repeated(epoch: tuple) -> Iterator:
             if self._length == 0:
                 return
-            for k in itertools.count() if forever else range(int(count)):
+            for k in itertools.count() if times is None else range(times):
                 yield from self._make((*epoch, k))  # each repetition its own (shuffled) order
-        if forever:
+        if times is None:
             length = None if self._length != 0 else 0
         else:
-            length = 0 if int(count) == 0 else None if self._length is None else self._length * int(count)
+            length = 0 if times == 0 else None if self._length is None else self._length * times
         return Dataset(repeated, length)
 
     def take(self, count: int) -> "Dataset":

@@ -75,7 +75,7 @@ def check_even(value: Any, axis: int | None = None, gather: bool = False) -> Non
     for v in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
         if not isinstance(v, PerReplicaBatch) or len(set(v._counts)) <= 1:
             continue
-        ndim = max(len(v._global[1].type.shape), 1)
+        ndim = max(v._ndim, 1)
         if axis is not None and axis % ndim == 0:
             continue
         if gather:
@@ -103,7 +103,7 @@ def trim_reduced(value: Any, result: Any) -> Any:
 def trim_gathered(value: Any, result: Any, axis: int) -> Any:
     """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
     def one(v, r):
-        if not isinstance(v, PerReplicaBatch) or axis % max(len(v._global[1].type.shape), 1) != 0 \
+        if not isinstance(v, PerReplicaBatch) or axis % max(v._ndim, 1) != 0 \
                 or min(v._counts) == v._rows:
             return r
         index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])

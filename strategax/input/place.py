@@ -102,6 +102,7 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
         arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
         out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
     else:
+        assert rows is not None, "counts come with rows"
         out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -117,6 +118,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
         return jax.tree_util.tree_unflatten(treedef, [PerReplica._from_global(lay.assemble(leaf), lay)
                                                       for leaf, lay in zip(hosts, lays)])
+    assert rows is not None, "counts come with rows"
     count_value = place_counts(mesh, counts)
     out = []
     for leaf in pieces:
@@ -124,6 +126,15 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
         lay = _layout(mesh, (rows, *padded[0].shape[1:]), padded[0].dtype)
         out.append(PerReplicaBatch._from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
                                                       count_value))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def place_ragged(devices, pieces: list[list[np.ndarray]], treedef) -> Any:
+    """Per-replica pieces (`pieces[leaf][replica]`) whose shapes differ beyond the row axis, as
+    plain PerReplica values of one component per device (no padded batch: `gather` and
+    `reduce(axis=...)` combine them outside compiled functions, as `experimental_distribute_values_from_function`'s)."""
+    out = [PerReplica([jax.device_put(_canonical(np.asarray(p)), d) for p, d in zip(leaf, devices)])
+           for leaf in pieces]
     return jax.tree_util.tree_unflatten(treedef, out)
 
 

@@ -55,11 +55,11 @@ def batch_leaves(batch: Any, treedef=None) -> tuple[list[np.ndarray], Any, int]:
         raise BatchError(DistributionValueError, "a batch holds no arrays",
                          "yield arrays or pytrees of arrays")
     leaves = [np.asarray(x) for x in leaves]
-    sizes = [x.shape[0] if x.ndim else None for x in leaves]
-    if None in sizes:
+    if any(x.ndim == 0 for x in leaves):
         raise BatchError(DistributionValueError,
                          "a batch holds a scalar; every leaf needs a leading batch axis",
                          "batch your data (shape [batch, ...])")
+    sizes = [x.shape[0] for x in leaves]
     if len(set(sizes)) > 1:
         paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(batch)[0]]
         desc = ", ".join(f"{p or 'leaf'}: {s}" for p, s in zip(paths, sizes))

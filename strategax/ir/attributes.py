@@ -387,7 +387,7 @@ def _format_scalar(x: Any) -> str:
     if isinstance(x, (float, np.floating)):
         return format_float(float(x))
     if isinstance(x, (complex, np.complexfloating)):
-        return f"({format_float(x.real)}, {format_float(x.imag)})"
+        return f"({format_float(float(x.real))}, {format_float(float(x.imag))})"
     return str(int(x))
 
 

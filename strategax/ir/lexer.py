@@ -88,6 +88,7 @@ class Tokens:
         if not self._done and self._bad is None:
             for m in self._matches:
                 kind = m.lastgroup
+                assert kind is not None  # every alternative of the pattern is a named group
                 if kind == "eof":
                     self._done = True
                     append(("eof", "", len(text)))

@@ -165,7 +165,7 @@ class Parser(Reader):
         problem = op_problem(op, opdef)
         if problem:
             message, attr = problem
-            raise self.error(f"{name}: {message}", attr_pos.get(attr, start))
+            raise self.error(f"{name}: {message}", start if attr is None else attr_pos.get(attr, start))
         return op
 
     def check_attrs(self, what: str, attrs: dict, specs, positions: dict[str, int], pos: int,
@@ -173,7 +173,7 @@ class Parser(Reader):
         problem = attrs_problem(attrs, specs, strict)
         if problem:
             message, attr = problem
-            raise self.error(f"{what}: {message}", positions.get(attr, pos))
+            raise self.error(f"{what}: {message}", pos if attr is None else positions.get(attr, pos))
 
     def parse_func(self) -> Func:
         self.expect("func")

@@ -85,7 +85,8 @@ def verify(module: Module) -> None:
             for v in op.operands:
                 if problem is None and id(v) not in defined:
                     problem = f"operand {v!r} is used before it is defined (or comes from outside the region)"
-            problem = problem or verify_op_shape(op, opdef)
+            if problem is None and opdef is not None:
+                problem = verify_op_shape(op, opdef)
             for key, val in op.attrs.items():
                 if problem is None and isinstance(val, SymbolRef) and val.name not in symbols:
                     problem = f"attribute {key} refers to unknown symbol @{val.name}"

@@ -42,7 +42,7 @@ ELEMENTWISE = frozenset(f"jax.{n}" for n in (
 
 # value-preserving primitives: result i is operand i (placement, layout and sharding hints)
 IDENTITIES = ("device_put", "sharding_constraint", "reshard", "layout_constraint",
-              "with_memory_space_constraint", "pvary", "pin", "unpin")
+              "with_memory_space_constraint", "pvary", "pin", "unpin", "relayout")
 # batched over leading axes, with two (matrix) or one (vector) core axes per operand
 MATRIX_BATCHED = ("cholesky", "cholesky_update", "eig", "eigh", "geqp3", "geqrf", "hessenberg",
                   "householder_product", "lu", "ormqr", "qr", "schur", "svd", "symmetric_product",
@@ -391,7 +391,8 @@ UNSUPPORTED: dict[str, tuple[str, ...]] = {
         "ppermute_done", "ppermute_start", "precv", "preduced", "psend", "psum", "psum_done",
         "psum_invariant", "psum_invariant_start", "psum_start", "ragged_all_to_all", "reduce_scatter",
         "reduce_scatter_done", "reduce_scatter_start", "reduced_vary_cast_p", "unreduced_psum",
-        "unreduced_psum_start", "unreduced_reduce_scatter", "unreduced_reduce_scatter_start",
+        "unreduced_psum_start", "unreduced_pmax", "unreduced_pmin", "unreduced_reduce_scatter",
+        "unreduced_reduce_scatter_start",
         "vary_unreduced_cast_p", "shard_map"),
     "mutable references and boxes (JAX's state primitives): the IR holds values, and strategax "
     "variables are its state": (
@@ -403,7 +404,7 @@ UNSUPPORTED: dict[str, tuple[str, ...]] = {
     "a call of a sub-program the importer does not inline (its rows are not followed into it)": (
         "call", "call_exported", "call_hi_primitive", "call_hi_primitive_linearized", "composite",
         "core_map", "custom_lin", "custom_linear_solve", "custom_partitioning", "custom_vmap_call",
-        "eval_jaxpr", "linear_call", "remat_opt"),
+        "eval_jaxpr", "linear_call", "remat_opt", "program_order"),
     "a reduction or window op whose combining function is a program (its identity is not known)": (
         "reduce", "select_and_scatter"),
     "GPU-only fused kernels (cuDNN attention, scaled matmuls), ragged and scaled contractions: no "

@@ -7,7 +7,8 @@ all_reduce in that type (summed in it, as PyTorch DDP's bf16/fp16 compression ho
 `sx.convert` back to the original type; each convert's `reason` says why, and the all_reduce's
 reason notes the type on the wire, so bytes moved (`f.stats()`) are halved from float32. The
 pass option `dtype` also compresses the reductions that carry gradients without asking: those
-of `ReplicaContext.all_reduce`, `batch_reduce_to` and the gradients of all_reduces. Variable
+of `ReplicaContext.all_reduce`, `batch_reduce_to` and the gradients of all_reduces (the op's
+`carries` attribute says which: never its reason text). Variable
 aggregation (an update's SUM/MEAN of a mirrored variable, a sync-on-read variable's read) is
 never compressed: a request on one is an error. Idempotent: a compressed all_reduce carries
 the narrow type and no request. Runs before `fuse-collectives`, which buckets by dtype.
@@ -25,18 +26,15 @@ from ..ir import DTYPES, Module, Operation, TensorType, Value, dtype_name
 from .manager import PassOptionError
 from .rewrite import BlockRewriter, rewrite_blocks
 
-# the reductions that carry gradients when the user reduces them (the `dtype` option's reach)
-GRADIENT_REASONS = ("ReplicaContext.all_reduce", "StrategyExtended.batch_reduce_to")
-
 
 def is_aggregation(op: Operation) -> bool:
     """An all_reduce that insert-collectives made for a variable's aggregation."""
-    return " aggregation of " in op.attrs.get("reason", "")
+    return op.attrs.get("carries") == "variable"
 
 
 def carries_gradients(op: Operation) -> bool:
-    reason = op.attrs.get("reason", "")
-    return reason.startswith("gradient of ") or any(r in reason for r in GRADIENT_REASONS)
+    """A reduction of gradients (the `dtype` option's reach): see collectives.CARRIES."""
+    return op.attrs.get("carries") == "gradient"
 
 
 def _target(op: Operation, default: str | None) -> str | None:

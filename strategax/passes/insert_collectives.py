@@ -24,7 +24,8 @@ def aggregation_op(agg: str, value: Value, reason: str, loc) -> Operation:
     result = Value(value.type.with_locality(None))
     if agg == "only_first_replica":
         return Operation("sx.broadcast", [value], [result], {"source": 0, "reason": reason}, loc=loc)
-    return Operation("sx.all_reduce", [value], [result], {"op": agg, "reason": reason}, loc=loc)
+    return Operation("sx.all_reduce", [value], [result], {"op": agg, "reason": reason, "carries": "variable"},
+                     loc=loc)
 
 
 def _aggregation(op: Operation, decls: dict) -> tuple[str, str, str] | None:

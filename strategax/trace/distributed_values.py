@@ -6,7 +6,7 @@ shards, made on first use). Inside a trace it holds the local (this replica's) t
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Self, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +21,10 @@ class DistributedValues:
     """Base class: a value per replica. Not an array: reduce it or take its local results."""
 
     _kind = "DistributedValues"
+    _values: tuple | None  # the components, or None: not made yet (a program's output) or traced
+    _global: tuple[jax.Array, Any] | None  # (global jax.Array, layout) when made from a program's output
+    _local: Any  # the local tracer while tracing, else None
+    _identical: bool | None = None  # components_identical's answer, once asked
 
     def __init__(self, values: Sequence[Any]):
         if not isinstance(values, (list, tuple)):
@@ -38,19 +42,19 @@ class DistributedValues:
                 f"component {missing[0]} of this {type(self).__name__} is None (TensorFlow keeps it and "
                 "fails later, or hands None to the replica)", "give every replica a value (an array or a "
                 "pytree of arrays)")
-        self._values: tuple | None = values
+        self._values = values
         self._global = None  # (global jax.Array, layout) when made from a program's output
         self._local = None  # the local tracer while tracing
 
     # --- construction from a program's outputs or a trace ------------------------------
     @classmethod
-    def _from_global(cls, array: jax.Array, layout) -> "DistributedValues":
+    def _from_global(cls, array: jax.Array, layout) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, (array, layout), None
         return self
 
     @classmethod
-    def _traced(cls, local) -> "DistributedValues":
+    def _traced(cls, local) -> Self:
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, None, local
         return self
@@ -58,14 +62,16 @@ class DistributedValues:
     @property
     def values(self) -> tuple:
         """The per-replica components, in replica order."""
-        if self._values is None:
+        values = self._values
+        if values is None:
             if self._local is not None:
                 raise DistributionValueError(
                     "the components of a distributed value are not available while tracing",
                     "use strategy.experimental_local_results(value), or return the value")
+            assert self._global is not None, "a distributed value holds components, a global array or a tracer"
             array, layout = self._global
-            self._values = layout.components(array)
-        return self._values
+            values = self._values = layout.components(array)
+        return values
 
     @property
     def _num_components(self) -> int:
@@ -145,6 +151,9 @@ class PerReplicaBatch(PerReplica):
     rows, as TensorFlow does; the compiled program sees the padded ones plus the counts."""
 
     _kind = "PerReplica"
+    _counts: tuple  # every replica's real row count
+    _rows: int  # the padded row count of every replica's component
+    _count_value: Any  # the counts as a per-replica int32 scalar (the program's hidden input)
 
     @classmethod
     def _from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
@@ -153,10 +162,17 @@ class PerReplicaBatch(PerReplica):
         return self
 
     @property
+    def _ndim(self) -> int:
+        """The number of dimensions of each (padded) component."""
+        assert self._global is not None, "a batch is made from a global array"
+        return len(self._global[1].type.shape)
+
+    @property
     def values(self) -> tuple:
-        padded = PerReplica.values.fget(self)
+        padded = super().values
         counts = self._counts  # every replica's; a multi-worker process holds only its own replicas
         if len(padded) != len(counts):
+            assert self._global is not None, "a batch is made from a global array"
             counts = [counts[i] for i in self._global[1].local_replica_ids]
         return tuple(c if n == self._rows else c[:n] for c, n in zip(padded, counts))
 
@@ -165,10 +181,10 @@ def components_identical(x: DistributedValues) -> bool:
     """Whether a value built from components (not a program's output) has the same value in
     every component (checked once, on the host): a `Mirrored` built from differing components
     gives replica i component i, as in TensorFlow."""
-    known = getattr(x, "_identical", None)
+    known = x._identical
     if known is None:
-        comps = x._values
-        first = np.asarray(comps[0]) if comps else None
+        comps = x.values
+        first = np.asarray(comps[0])  # a distributed value has at least one component
         known = all(c is comps[0] or (np.shape(c) == first.shape and np.array_equal(np.asarray(c), first))
                     for c in comps[1:])
         x._identical = known
@@ -243,8 +259,23 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
                 "give every replica a value of the same structure")
         shapes = {(np.shape(c), str(c.dtype if hasattr(c, 'dtype') else np.result_type(c))) for c in comps}
         if jax.tree_util.treedef_is_leaf(structs[0]) and len(shapes) > 1:
-            raise DistributionValueError(
-                f"the components of this {type(value).__name__} differ in shape or dtype: "
-                f"{sorted(map(str, shapes))}", "give every replica an array of the same shape and dtype; components of "
-                "different lengths work outside compiled functions (strategy.run pads them, gather and "
-                "reduce(axis=...) combine them)")
+            raise _differing_components_error(type(value).__name__, comps, shapes)
+
+
+def _differing_components_error(kind: str, comps, shapes) -> DistributionValueError:
+    """The error for components of different shapes in a compiled function, naming the axes."""
+    dims = {np.ndim(c) for c in comps}
+    if len({d for _, d in shapes}) > 1 or len(dims) > 1:
+        return DistributionValueError(
+            f"the components of this {kind} differ in rank or dtype: {sorted(map(str, shapes))}",
+            "give every replica an array of the same rank and dtype")
+    axes = [k for k in range(dims.pop()) if len({np.shape(c)[k] for c in comps}) > 1]
+    return DistributionValueError(
+        f"the components of this {kind} differ in shape along axis {', '.join(map(str, axes))} "
+        f"({[tuple(np.shape(c)) for c in comps]}), and a compiled function takes per-replica values of one "
+        "shape: strategax pads only an input batch's rows (axis 0 of a distributed dataset's batches), "
+        "not a PerReplica built by hand nor any other axis",
+        "outside the compiled function, strategy.gather(v, axis=k), strategy.reduce(op, v, axis=k) and "
+        "experimental_local_results combine such values as TensorFlow does (and eager strategy.run pads "
+        "components that differ along axis 0 only); to compute on them inside, pad them to one shape "
+        "(jnp.pad) and pass the real extents as another per-replica argument")

@@ -64,7 +64,7 @@ def compile_dumped(function, sig, compile_fn):
     """Compile `sig` with `compile_fn(snapshots, timings)` and write the dump beside it; a dump
     that cannot be written warns once and never fails the compilation."""
     root = dump_dir()
-    if root in _UNWRITABLE:
+    if root is None or root in _UNWRITABLE:
         return compile_fn(None, None)
     snapshots: dict[str, str] = {}
     timings: dict[str, float] = {}

@@ -155,8 +155,9 @@ def _literal(treedef, results, env: dict) -> str | None:
     node_type, keys = data
     if node_type is type(None):
         return "None"
-    parts = [_literal(child, results, env) for child in treedef.children()]
-    if any(p is None for p in parts):
+    maybe = [_literal(child, results, env) for child in treedef.children()]
+    parts = [p for p in maybe if p is not None]
+    if len(parts) != len(maybe):
         return None
     if node_type is tuple:
         return f"({', '.join(parts)}{',' if len(parts) == 1 else ''})"

@@ -16,13 +16,14 @@ import numpy as np
 from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionTypeError, DistributionValueError, _is_internal
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
 from ..passes.mask_padding import GAPS, padding_gap_error
 from . import dump, retracing
 from .batches import per_example
+from .batches.takes import InputPlan
 from .cache import cache_size
 from .dump import check_platforms
 from .distributed_values import DistributedValues, Mirrored, PerReplica, PerReplicaBatch, is_distributed
@@ -42,13 +43,14 @@ class _Compiled:
     """One traced, optimised and lowered specialisation of a StrategyFunction."""
 
     def __init__(self, module: Module, executable: Executable, sig: Signature, out_treedef,
-                 out_plan: list, strategy, variables: list = (), inputs=None, whole: tuple = ()):
+                 out_plan: list, strategy, variables: Sequence = (), inputs: InputPlan | None = None,
+                 whole: tuple = ()):
         self.module, self.executable, self.out_treedef = module, executable, out_treedef
         self.out_plan, self.strategy = out_plan, strategy
         self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
-        self.inputs = inputs  # takes.InputPlan: batches from iterator arguments, after the others
+        self.inputs = inputs  # batches from iterator arguments, after the others
         self.whole = whole  # the streams a `for` loop iterates to their end (their counts: in the key)
         self.last_call = 0  # the detector's call number of the latest call (least recently used goes first)
         # each variable's buffer is an extra (donated) input and output, after the others
@@ -56,7 +58,7 @@ class _Compiled:
                           zip(variables, executable.in_layouts[len(self.in_layouts):])]
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
         self.variables = list(variables)
-        self.memory = None  # inspection.MemoryStats, once asked for (it needs XLA's compilation)
+        self.memory: MemoryStats | None = None  # once asked for (it needs XLA's compilation)
         self.gaps = module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
 
     def partial(self, sig: Signature) -> bool:
@@ -95,6 +97,7 @@ class _Compiled:
     def take_inputs(self, sig: Signature) -> list:
         """The batches this call takes from its iterator arguments, taken once per call."""
         if sig.inputs is None:
+            assert self.inputs is not None, "a signature with iterator arguments has an input plan"
             sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
         return sig.inputs
 
@@ -201,7 +204,7 @@ class StrategyFunction:
     `reduce_retracing=True` Python ints, floats and complexes are traced inputs, not constants."""
 
     def __init__(self, strategy, fn: Callable, name: str | None = None, *, reduce_retracing: bool = False,
-                 origin: Callable | None = None, parts: list = (), detector: retracing.Detector | None = None,
+                 origin: Callable | None = None, parts: Sequence = (), detector: retracing.Detector | None = None,
                  input_signature=None):
         self._strategy, self._fn = strategy, fn
         self._input_signature = None if input_signature is None else tuple(input_signature)
@@ -431,7 +434,11 @@ class StrategyFunction:
 
     def hlo(self, *args, **kwargs) -> str:
         """The optimised HLO text XLA compiled (what actually runs)."""
-        return self.lowered(*args, **kwargs).compile().as_text()
+        text = self.lowered(*args, **kwargs).compile().as_text()
+        if text is None:  # JAX: "unavailable, e.g. based on backend, compiler, or runtime"
+            raise DistributionRuntimeError("this backend keeps no HLO text of the compiled program",
+                                           "read the program before XLA's optimisations: f.stablehlo(...)")
+        return text
 
     def stats(self, *args, **kwargs) -> StepStats:
         """Collectives per step (count, bytes moved per replica, each one's reason and line) and
@@ -455,8 +462,9 @@ class StrategyFunction:
         compiled, global_args = self._lowering_args(args, kwargs)
         if compiled.memory is None:
             lowered = compiled.executable.lower(*global_args)
-            compiled.memory = memory_stats(lowered.compile().memory_analysis(),
-                                           compiled.executable.in_layouts, compiled.variables)
+            compiled.memory = memory = memory_stats(lowered.compile().memory_analysis(),
+                                                    compiled.executable.in_layouts, compiled.variables)
+            return memory
         return compiled.memory
 
     def __repr__(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import core as jax_core
 
@@ -20,7 +21,7 @@ from jax._src.random import prng as _prng
 def is_key(aval) -> bool:
     """Whether `aval` (an abstract value or an array) holds typed PRNG keys."""
     dtype = getattr(aval, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _impl(aval):

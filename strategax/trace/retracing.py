@@ -80,6 +80,7 @@ def _show(item: tuple) -> str:
     """An entry of the cache key, in words."""
     kind = item[0]
     if kind == STATIC:
+        assert len(item) >= 3, "a static entry is (STATIC, its type, its value...)"
         value = item[2:] if len(item) > 3 else item[2]
         if isinstance(value, tuple) and value and value[0] == "nan":
             value = "nan"
@@ -107,6 +108,7 @@ def _show_part(key: tuple) -> str:
     if key[0] == "fn":
         return "another function"
     if isinstance(key[0], type):
+        assert len(key) >= 2, "a Python value's key is (its type, its value...)"
         value = key[1:] if len(key) > 2 else key[1]
         if isinstance(value, tuple) and value and value[0] == "nan":
             value = "nan"

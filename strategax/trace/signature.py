@@ -8,7 +8,7 @@ import inspect
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeGuard
 
 import jax
 import jax.numpy as jnp
@@ -152,7 +152,7 @@ def is_array_dtype(dtype) -> bool:
     return dtype == np.bool_ or jnp.issubdtype(dtype, np.number)
 
 
-def out_of_int32(x) -> bool:
+def out_of_int32(x) -> TypeGuard[int]:
     """A Python int (not a bool) that int32, JAX's integer without 64-bit mode, cannot hold."""
     return (type(x) is int and jax.dtypes.canonicalize_dtype(np.int64) != np.int64  # 64-bit mode off
             and not _INT32[0] <= x <= _INT32[1])
@@ -228,13 +228,14 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
                 return signature(args, kwargs, num_replicas, num_local, trace_scalars, fn)
             kind, k = _distributed_key(x, num_replicas, num_local)
             key.append(k)
-            if batch is None and isinstance(x, PerReplicaBatch):
-                batch = x
-            elif isinstance(x, PerReplicaBatch) and (x._counts != batch._counts or x._rows != batch._rows):
-                raise DistributionValueError(
-                    f"two padded batches with different real row counts ({list(batch._counts)} and "
-                    f"{list(x._counts)}) are passed to one call; the program sees one row count",
-                    "pass the leaves of one batch (one dataset element) per call")
+            if isinstance(x, PerReplicaBatch):
+                if batch is None:
+                    batch = x
+                elif x._counts != batch._counts or x._rows != batch._rows:
+                    raise DistributionValueError(
+                        f"two padded batches with different real row counts ({list(batch._counts)} and "
+                        f"{list(x._counts)}) are passed to one call; the program sees one row count",
+                        "pass the leaves of one batch (one dataset element) per call")
         elif isinstance(x, ARRAY_TYPES):
             kind = ARRAY
             key.append((MIRRORED, np.shape(x), jax.dtypes.canonicalize_dtype(x.dtype)))

@@ -191,9 +191,10 @@ class Optimizer:
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
         entry = _context.current()
         strategy = _context.strategy()
-        if _context.in_replica_context() and _context.is_tracing() and _context.has_strategy():
+        replica = entry.replica_context if entry is not None else None  # None: not in replica context
+        if replica is not None and _context.is_tracing() and _context.has_strategy():
             grads, variables = _unshard(grads, variables)
-            return entry.replica_context._merge_anywhere(
+            return replica._merge_anywhere(
                 self._merge_apply, args=(grads,), kwargs={"variables": variables, "options": options})
         grads, variables = _unshard([self._reduced(g) for g in grads], variables)
         return self._apply(strategy, grads, variables, cross_replica=_context.has_strategy())

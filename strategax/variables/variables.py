@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 
 from .. import _context
 from ..dialects import collectives
@@ -50,7 +51,7 @@ def _initial_array(initial_value, dtype) -> jax.Array:
     _check_numeric(value, "a variable's initial value")
     with jax.ensure_compile_time_eval():
         array = jnp.asarray(value, dtype=dtype)
-    if isinstance(array, jax.core.Tracer):
+    if isinstance(array, jax_core.Tracer):
         raise DistributionValueError(
             "a variable's initial value depends on a traced value",
             "create variables from concrete values, outside the compiled function (or on its first call)")
@@ -75,9 +76,11 @@ class Variable:
 
     _is_variable = True
     _local = _global = None  # never a traced or program-output distributed value
+    _optimizer_state = False  # an optimizer's slot or counter: f.stats().memory counts it as such
     _strategax_key_by_identity = True  # read at run time: an eager run's function may capture it (fn_key)
 
     def __new__(cls, *args, **kwargs):
+        kind: type[Variable] = cls
         if cls is Variable:
             strategy = _context.strategy() if _context.has_strategy() else None
             if strategy is not None:
@@ -86,8 +89,8 @@ class Variable:
                 if made is not None:
                     return made
                 sync = parse_sync(kwargs.get("synchronization", VariableSynchronization.AUTO))
-                cls = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
-        return super().__new__(cls)
+                kind = SyncOnReadVariable if sync is VariableSynchronization.ON_READ else MirroredVariable
+        return object.__new__(kind)
 
     def __reduce_ex__(self, protocol):
         """A variable stored elsewhere pickles as its storage says (a parameter server's variable
@@ -105,6 +108,11 @@ class Variable:
                 "a variable was created in replica context (inside the function given to strategy.run)",
                 "create variables in `with strategy.scope():` outside run (or in a merge_call)")
         self._strategy = _context.strategy() if _context.has_strategy() else None
+        if self._strategy is None and isinstance(self, _DistributedVariable):  # it would have no replicas
+            raise DistributionRuntimeError(
+                f"sx.{type(self).__name__} was created outside a strategy's scope",
+                "create sx.Variable(...) in `with strategy.scope():`, where it becomes a mirrored or "
+                "sync-on-read variable (outside any scope it is a plain single-device variable)")
         check_type(name, str, "a variable's name", "pass a string name, e.g. name='kernel'", allow_none=True)
         check_type(trainable, bool, "trainable", "pass trainable=True or False", allow_none=True)
         self._sync = parse_sync(synchronization)
@@ -349,6 +357,7 @@ class SyncOnReadVariable(_DistributedVariable):
     def _cross_replica_value(self, kind: str, value):
         if kind == "assign" and self._aggregation is VariableAggregation.SUM:
             # the copies the value is divided among (a parameter server keeps one)
+            assert self._strategy is not None, "a sync-on-read variable is made in a strategy's scope"
             n = getattr(self._store, "num_copies", self._strategy.num_replicas_in_sync)
             if not jnp.issubdtype(self._dtype, jnp.integer):
                 return (value / n).astype(self._dtype)

@@ -13,11 +13,11 @@ import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 
-from ...cluster.ray import cloudpickle, ray_module
+from ...cluster.ray import cloudpickle, dumps, ray_module
 from ...errors import DistributionTypeError, check_callable, check_mapping
 from .errors import WorkersLostError
 from .strategy import ParameterServerStrategy
@@ -117,7 +117,7 @@ class ClusterCoordinator:
         self._raise_failure()
         token = id(fn)
         if token not in self._functions:
-            holder = [ray_module().put(cloudpickle().dumps(fn))]
+            holder = [ray_module().put(dumps(fn))]
             self._functions[token] = (fn, holder)
         closure = Closure(token, self._functions[token][1], tuple(args or ()), dict(kwargs or {}))
         with self._work.cond:
@@ -149,7 +149,7 @@ class ClusterCoordinator:
 
     def create_per_worker_dataset(self, dataset_fn) -> PerWorkerDataset:
         """Make `dataset_fn()` (or a dataset) on every worker, distributed over its replicas."""
-        return PerWorkerDataset(self, self._make_resource("dataset", cloudpickle().dumps(dataset_fn)))
+        return PerWorkerDataset(self, self._make_resource("dataset", dumps(dataset_fn)))
 
     def _make_resource(self, kind: str, payload) -> int:
         ray = ray_module()
@@ -193,7 +193,7 @@ class ClusterCoordinator:
             if isinstance(x, PerWorkerValues):
                 return x.values[worker]
             return x.fetch() if isinstance(x, RemoteValue) else x
-        return cloudpickle().dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
+        return dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
 
     def _run(self, closure: Closure, index: int, restarts: list) -> bool:
         """Run `closure` on worker `index`; False when that worker is lost for good."""
@@ -218,7 +218,7 @@ class ClusterCoordinator:
         self._finish(closure, status)
         return True
 
-    def _finish(self, closure: Closure, status: tuple) -> None:
+    def _finish(self, closure: Closure, status: Sequence) -> None:
         kind = status[0]
         for uid, var_keys, slot_refs in status[-1]:
             self._strategy._adopt_slots(uid, var_keys, slot_refs)

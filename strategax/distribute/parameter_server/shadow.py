@@ -11,11 +11,23 @@ assign, the copy's final value: an addition is applied to the server's current v
 update is lost), an assignment replaces it."""
 from __future__ import annotations
 
+from typing import TypeVar
+
 import jax.numpy as jnp
 import numpy as np
 
+from ...variables import Variable
 from ...variables.buffers import VarBuffer, place
 from ...variables.enums import VariableAggregation
+
+_Buffer = TypeVar("_Buffer", bound=VarBuffer)
+
+
+def store(var: Variable, kind: type[_Buffer]) -> _Buffer:
+    """`var`'s storage, which the worker made a `kind` (a copy's ShadowBuffer, a record's RecordBuffer)."""
+    buffer = var._store
+    assert isinstance(buffer, kind), f"{var.name!r} is stored in a {type(buffer).__name__}, not a {kind.__name__}"
+    return buffer
 
 
 class RecordBuffer(VarBuffer):
@@ -48,7 +60,8 @@ class ShadowBuffer(VarBuffer):
         super().__init__(var, initial)
         self.runtime, self.ref = runtime, ref
         self.step = -1  # the step whose value it holds
-        self.delta = self.assigned = None  # the record variables (see the module doc)
+        self.delta: Variable  # the record variables (see the module doc), attached once the copy is made
+        self.assigned: Variable
 
     def fresh(self) -> None:
         if self.step != self.runtime.step:
@@ -59,6 +72,7 @@ class ShadowBuffer(VarBuffer):
         the first copy, the others zero, so the copies still add up to it)."""
         value = np.array(value, dtype=self.var.dtype, copy=True)
         layout = self.layout
+        assert layout is not None, "a worker's copy is made in the worker strategy's scope"
         if layout.per_replica:
             zero = np.zeros_like(value)
             first_only = self.var.aggregation is VariableAggregation.SUM
@@ -96,12 +110,12 @@ class ShadowBuffer(VarBuffer):
     # --- after the step --------------------------------------------------------------------------
     def update(self):
         """What the server must apply for this step: ("assign", value), ("assign_add", delta) or None."""
-        if self.assigned._store.touched and int(np.asarray(self.assigned.read_value())) != 0:
+        if store(self.assigned, RecordBuffer).touched and int(np.asarray(self.assigned.read_value())) != 0:
             return "assign", np.asarray(self.eager_read())
-        if self.delta._store.touched:
+        if store(self.delta, RecordBuffer).touched:
             return "assign_add", np.asarray(self.delta.read_value())
         return None
 
     def reset(self) -> None:
-        self.delta._store.reset()
-        self.assigned._store.reset()
+        store(self.delta, RecordBuffer).reset()
+        store(self.assigned, RecordBuffer).reset()

@@ -9,6 +9,7 @@ import inspect
 import itertools
 import threading
 import weakref
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from ... import _context
 from ...cluster.ray import placement_of
 from ...errors import DistributionRuntimeError, DistributionValueError, check_callable
-from ...variables import ShardedVariable, Variable
+from ...variables import Optimizer, ShardedVariable, Variable
 from ...variables.optimizer import SlotGroup
 from ...variables.sharded import shard_rows
 from ...variables.variables import _initial_array
@@ -25,6 +26,9 @@ from ..strategy import Strategy
 from . import current
 from .cluster import Cluster
 from .remote_buffer import RemoteBuffer, VarRef
+
+if TYPE_CHECKING:  # annotations only: the coordinator module imports this one
+    from .coordinator import ClusterCoordinator
 
 _VARIABLE_ARGS = inspect.signature(Variable.__init__)
 _OPTIMIZER_IDS = itertools.count()
@@ -67,9 +71,9 @@ class ParameterServerStrategy(Strategy):
         self._placed = 0  # variables placed so far: the next goes to server placed % num_ps
         self._local = threading.local()  # what the variable being made is (adopting a worker's slot)
         self._variables: "weakref.WeakValueDictionary[tuple, Variable]" = weakref.WeakValueDictionary()
-        self._optimizers: "weakref.WeakValueDictionary[int, object]" = weakref.WeakValueDictionary()
-        self._optimizer_ids: "weakref.WeakKeyDictionary[object, int]" = weakref.WeakKeyDictionary()
-        self._coordinator = None
+        self._optimizers: "weakref.WeakValueDictionary[int, Optimizer]" = weakref.WeakValueDictionary()
+        self._optimizer_ids: "weakref.WeakKeyDictionary[Optimizer, int]" = weakref.WeakKeyDictionary()
+        self._coordinator: ClusterCoordinator | None = None  # made by its first construction
         weakref.finalize(self, self._cluster.shutdown)
 
     @property
@@ -153,7 +157,7 @@ class ParameterServerStrategy(Strategy):
             self._local.adopting, self._local.making = None, False
 
     # --- optimizers ----------------------------------------------------------------------------------
-    def _reduce_optimizer(self, optimizer):
+    def _reduce_optimizer(self, optimizer: Optimizer):
         """An optimizer travels to a worker as its state; its slots are the servers' variables."""
         uid = self._optimizer_ids.get(optimizer)
         if uid is None:
@@ -166,8 +170,9 @@ class ParameterServerStrategy(Strategy):
     def _adopt_slots(self, uid: int, var_keys: list, slot_refs: list) -> None:
         """A worker made optimizer `uid`'s slots for these variables: the optimizer here adopts them."""
         optimizer = self._optimizers.get(uid)
-        variables = [self._variables.get(k) for k in var_keys]
-        if optimizer is None or any(v is None for v in variables):
+        found = [self._variables.get(k) for k in var_keys]
+        variables = [v for v in found if v is not None]
+        if optimizer is None or len(variables) < len(found):
             return
         key = frozenset(id(v) for v in variables)
         if key in optimizer._groups:

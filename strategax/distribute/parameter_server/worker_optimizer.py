@@ -4,18 +4,26 @@ there (get-or-create by a key every worker computes alike, so all workers share 
 reports them to the coordinator, whose optimizer adopts them (checkpoints see them)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 
 from ...variables import Optimizer
 from ...variables.optimizer import SlotGroup
 from ...variables.slots import Params, state_leaves
 
+if TYPE_CHECKING:  # annotations only: the worker runtime imports this module
+    from .worker_runtime import WorkerRuntime
+
 
 class WorkerOptimizer(Optimizer):
     """An optimizer rebuilt in a worker from the coordinator's (`rebuild`)."""
 
+    _runtime: WorkerRuntime  # the worker it runs in, and the coordinator's id of the optimizer
+    _uid: int
+
     @classmethod
-    def rebuild(cls, runtime, uid: int, state: dict, groups: list, pending: list) -> "WorkerOptimizer":
+    def rebuild(cls, runtime: WorkerRuntime, uid: int, state: dict, groups: list, pending: list) -> "WorkerOptimizer":
         """From the coordinator's optimizer: its attributes (tx, iterations, loss scale, ...;
         variables as this worker's copies), its slot groups and restored slots not yet used."""
         self = cls.__new__(cls)

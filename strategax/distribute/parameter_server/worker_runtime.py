@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import pickle
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from ... import _context
-from ...cluster.ray import cloudpickle
+from ...cluster.ray import cloudpickle, dumps
 from ...errors import DistributionRuntimeError
 from ...input import DatasetsFromFunction, DistributedDataset
 from ...trace.distributed_values import DistributedValues, is_distributed
 from ...variables import Variable
 from . import current
 from .remote_buffer import VarRef
-from .shadow import RecordBuffer, ShadowBuffer
+from .shadow import RecordBuffer, ShadowBuffer, store
 from .worker_optimizer import WorkerOptimizer
 from .worker_strategy import WorkerStrategy
 
@@ -56,9 +57,9 @@ class WorkerRuntime:
         self.step = 0  # which scheduled function runs (copies fetched in another are stale)
         self.shadows: dict[tuple, Variable] = {}  # (ps, id) -> this worker's copy
         self.optimizers: dict[int, WorkerOptimizer] = {}
-        self.functions: dict[int, object] = {}
+        self.functions: dict[int, Callable] = {}
         self.used: dict[int, set] = {}  # function token -> the copies its last run used (fetched up front)
-        self.resources: dict[int, object] = {}
+        self.resources: dict[int, Any] = {}  # per-worker datasets and their iterators
         self.created: list = []  # slot groups made in this function, reported to the coordinator
         self._making = None  # what the variable being made is: ("copy", ref), ("slot", ...), ("record",)
 
@@ -96,12 +97,13 @@ class WorkerRuntime:
 
     def _attach_records(self, var: Variable) -> Variable:
         """The `delta` and `assigned` variables of a copy (see `shadow`)."""
+        copy = store(var, ShadowBuffer)
         with self._as(("record",)):
-            var._store.delta = Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}/delta", trainable=False,
-                                        synchronization=var._sync, aggregation=var.aggregation)
-            var._store.assigned = Variable(np.int32(0), name=f"{var.name}/assigned", trainable=False,
-                                           aggregation="only_first_replica")
-        self.shadows[var._store.ref.key] = var
+            copy.delta = Variable(np.zeros(var.shape, var.dtype), name=f"{var.name}/delta", trainable=False,
+                                  synchronization=var._sync, aggregation=var.aggregation)
+            copy.assigned = Variable(np.int32(0), name=f"{var.name}/assigned", trainable=False,
+                                     aggregation="only_first_replica")
+        self.shadows[copy.ref.key] = var
         return var
 
     def shadow_of(self, ref) -> Variable:
@@ -136,7 +138,7 @@ class WorkerRuntime:
 
     # --- talking to the parameter servers -----------------------------------------------------------
     def _get(self, ps: int, ref):
-        import ray
+        import ray.exceptions
 
         try:
             return ray.get(ref, timeout=self.timeout)
@@ -164,9 +166,10 @@ class WorkerRuntime:
         """Send this function's updates: one atomic `apply` per server."""
         updates: dict[int, list] = {}
         for var in self.shadows.values():
-            update = var._store.update()
+            copy = store(var, ShadowBuffer)
+            update = copy.update()
             if update is not None:
-                updates.setdefault(var._store.ref.ps, []).append((var._store.ref.id, *update))
+                updates.setdefault(copy.ref.ps, []).append((copy.ref.id, *update))
         pending = [(ps, self.servers[ps].apply.remote(closure_id, ups)) for ps, ups in updates.items()]
         for ps, ref in pending:
             self._get(ps, ref)
@@ -186,7 +189,7 @@ class WorkerRuntime:
         self.step += 1
         self.created, self._used = [], set()
         for var in self.shadows.values():
-            var._store.reset()
+            store(var, ShadowBuffer).reset()
         try:
             fn = self._function(token, holder)
             args, kwargs = cloudpickle().loads(args_blob)
@@ -220,8 +223,8 @@ class WorkerRuntime:
 def _pickled(error: BaseException) -> bytes:
     """The error as it can travel (its text in a RuntimeError when it cannot be pickled)."""
     try:
-        blob = cloudpickle().dumps(error)
+        blob = dumps(error)
         pickle.loads(blob)
         return blob
     except Exception:  # noqa: BLE001
-        return cloudpickle().dumps(RuntimeError(f"{type(error).__name__}: {error}"))
+        return dumps(RuntimeError(f"{type(error).__name__}: {error}"))

@@ -51,6 +51,7 @@ def ir_listing(data: ReportData) -> str:
         ident = f' id="op-{line.op}"' if line.op is not None and not line.opens else ""
         row = f'<div class="{classes}"{ident}><span class="t">{body}</span><span class="src">{src}</span></div>'
         if line.opens:
+            assert op is not None, "a line that opens a region is an op's"
             out.append(f'<details class="region" id="op-{line.op}" data-op="{html.escape(op.name)}">'
                        f"<summary>{row}</summary>")
         elif line.closes:

@@ -12,7 +12,6 @@ import builtins
 import itertools
 from typing import Any, Iterator
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import core as jax_core
@@ -38,7 +37,7 @@ _loop_ids = itertools.count()
 
 def _static_int(x: Any) -> int | None:
     """`x` as a Python int when it is known now (an int, or a concrete scalar array)."""
-    if isinstance(x, jax.core.Tracer):
+    if isinstance(x, jax_core.Tracer):
         return None  # traced: known only when the program runs
     return int(x)
 
@@ -51,7 +50,7 @@ class range:  # noqa: A001,N801 - `sx.range`, like `tf.range`
 
     def __init__(self, start, stop=None, step: int = 1):
         for name, x in (("start", start), ("stop", stop), ("step", step)):
-            if x is not None and not isinstance(x, jax.core.Tracer) and (
+            if x is not None and not isinstance(x, jax_core.Tracer) and (
                     isinstance(x, bool) or not isinstance(x, (int, np.integer))
                     and not (hasattr(x, "dtype") and np.issubdtype(x.dtype, np.integer) and np.ndim(x) == 0)):
                 raise DistributionTypeError(f"sx.range's {name} must be an int, not {type(x).__name__} {x!r:.40}",
@@ -66,8 +65,8 @@ class range:  # noqa: A001,N801 - `sx.range`, like `tf.range`
         return f"sx.range({self.start}, {self.stop}, {self.step})"
 
     def _python_range(self) -> builtins.range | None:
-        bounds = [_static_int(x) for x in (self.start, self.stop, self.step)]
-        return None if None in bounds else builtins.range(*bounds)
+        start, stop, step = (_static_int(x) for x in (self.start, self.stop, self.step))
+        return None if start is None or stop is None or step is None else builtins.range(start, stop, step)
 
     def __iter__(self) -> Iterator:
         python = self._python_range()

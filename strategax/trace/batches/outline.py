@@ -32,6 +32,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 from jax import lax
 from jax._src import source_info_util
 from jax.extend import core as jex
@@ -210,8 +211,8 @@ def _analyse(eqns, span: _Span, later: Sequence, outer_same: Callable) -> _LoopB
             f"the body of the sx.range loop at {_at(eqns[span.begin])} traces differently in its "
             f"first two steps ({len(first_it)} vs {len(second_it)} operations)", _STATE_FIX,
             location=_where(eqns[span.begin]))
-    first = {eqns[span.begin].outvars[0]: INDEX}
-    second = {eqns[span.next].outvars[0]: INDEX}
+    first: dict = {eqns[span.begin].outvars[0]: INDEX}
+    second: dict = {eqns[span.next].outvars[0]: INDEX}
     for j, (e1, e2) in enumerate(zip(first_it, second_it)):
         for k, (v1, v2) in enumerate(zip(e1.outvars, e2.outvars)):
             first[v1], second[v2] = (j, k), (j, k)
@@ -311,12 +312,14 @@ def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPl
         items.append(loop)
     new_types = plan.input_types
     fn = _evaluator(closed, items, plan)
-    avals = [*closed.in_avals, *(jax.core.ShapedArray(t.shape, t.dtype) for t in new_types)]
+    avals = [*closed.in_avals, *(jax_core.ShapedArray(t.shape, t.dtype) for t in new_types)]
     return jax.make_jaxpr(fn)(*avals), new_types, plan
 
 
 def _site(eqn, inputs: TraceInputs) -> Site:
-    return Site(eqn.params["stream"], inputs.spec(eqn.params["stream"]), _at(eqn))
+    spec = inputs.spec(eqn.params["stream"])
+    assert spec is not None, "take() raised OutOfRangeError for an exhausted stream"
+    return Site(eqn.params["stream"], spec, _at(eqn))
 
 
 def _static_trip_count(begin) -> int | None:
@@ -384,7 +387,7 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
             t, carried = state[0], dict(zip(loop.carries, state[1:]))
             local = _Env(env)
             local[index_var] = start + t * step
-            produced = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
+            produced: dict = {INDEX: local[index_var]}  # by position: a carry's next value may have no name
             takes = iter(stacked)
             for j, eqn in enumerate(loop.body):
                 ins = [v.val if isinstance(v, jex.Literal) else
@@ -414,5 +417,5 @@ def _step_slice(stacked, t):
 
 def _aval(loop: _LoopBody, p):
     if p == INDEX:
-        return jax.core.ShapedArray((), jnp.int32)
+        return jax_core.ShapedArray((), jnp.int32)
     return loop.body[p[0]].outvars[p[1]].aval

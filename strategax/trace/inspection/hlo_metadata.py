@@ -64,13 +64,14 @@ def hlo_metadata(text: str) -> dict[str, OpMetadata]:
         if not m:
             continue
         meta = line.partition("metadata={")[2]  # XLA's own rewrites may leave an instruction none
-        op_name = (_OP_NAME.search(meta) or [None, ""])[1].replace('\\"', '"')
+        named = _OP_NAME.search(meta)
+        op_name = named.group(1).replace('\\"', '"') if named else ""
         file = lineno = None
         if (src := _SOURCE.search(meta)) is not None:
             file, lineno = src.group(1), int(src.group(2))
         elif (fr := _FRAME.search(meta)) is not None:
             loc = locations.get(frames.get(int(fr.group(1)), {}).get("file_location_id", -1))
             if loc is not None:
-                file, lineno = files.get(loc.get("file_name_id")), loc.get("line")
+                file, lineno = files.get(loc.get("file_name_id", -1)), loc.get("line")
         out[m.group(1)] = OpMetadata(op_name, ir_op_of(op_name), file, lineno, m.group(2))
     return out

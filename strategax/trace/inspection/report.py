@@ -144,7 +144,7 @@ def _collective_keys(text: str) -> Iterator[tuple]:
     for line in text.splitlines():
         m = _OP_NAME.match(line)
         opdef = lookup(m.group(1)) if m else None
-        if opdef is None or not opdef.is_collective:
+        if m is None or opdef is None or not opdef.is_collective:
             continue
         reason = _REASON.search(line)
         loc = _LOC.search(line)
