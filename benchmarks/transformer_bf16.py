@@ -3,10 +3,11 @@ float32 parameters: mixed precision as flax users write it) with strategax again
 step hand-written with `jax.jit(jax.shard_map(...))`, timed interleaved in one process with an
 identical hand-written step as the control. `--model small` (the CPU figure: 2 layers x 64,
 sequence 32, global batch 64 over 8 simulated CPU devices), `--model large` (a GPU's: 4 layers x
-512, sequence 256, global batch 32 per device); `--model auto` picks by the device. Prints each
+512, sequence 256, 32 rows per device), `--model xl` (issue 24's size: 8 layers x 1024, sequence
+512, 8 rows per device); `--model auto` picks small on the CPU, large on a GPU. Prints each
 side's first call (trace, passes, compile) and the median step-time ratio.
 
-Run: python benchmarks/transformer_bf16.py [--device auto|cpu|gpu] [--model auto|small|large] [--steps N] [--rounds R]
+Run: python benchmarks/transformer_bf16.py [--device auto|cpu|gpu] [--model auto|small|large|xl] [--steps N] [--rounds R]
 """
 import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
@@ -26,7 +27,7 @@ from step_vs_jax import global_array, strategy_and_mesh, timed  # noqa: E402
 
 LR = 0.05
 # layers, width, heads, vocabulary, sequence, rows per replica
-MODELS = {"small": (2, 64, 4, 256, 32, 8), "large": (4, 512, 8, 8192, 256, 32)}
+MODELS = {"small": (2, 64, 4, 256, 32, 8), "large": (4, 512, 8, 8192, 256, 32), "xl": (8, 1024, 16, 8192, 512, 8)}
 
 
 class Block(nn.Module):
