@@ -7,7 +7,8 @@ sequence 32, global batch 64 over 8 simulated CPU devices), `--model large` (a G
 512, 8 rows per device); `--model auto` picks small on the CPU, large on a GPU. Prints each
 side's first call (trace, passes, compile) and the median step-time ratio.
 
-Run: python benchmarks/transformer_bf16.py [--device auto|cpu|gpu] [--model auto|small|large|xl] [--steps N] [--rounds R]
+Run: python benchmarks/transformer_bf16.py [--device auto|cpu|gpu] [--model auto|small|large|xl]
+     [--steps N] [--rounds R]
 """
 import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
 
