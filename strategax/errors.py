@@ -37,14 +37,19 @@ def user_location(skip: int = 1) -> tuple[str, int]:
 
 
 class StrategaxError(Exception):
-    """Mixin for strategax's misuse errors; `file` and `line` locate the user's code."""
+    """Mixin for strategax's misuse errors; `file` and `line` locate the user's code; `op`, the
+    IR op a pass found the problem at (its location is the user's line, and tools that read IR
+    text point at the op's line)."""
 
-    op: Any = None  # the IR op a pass found the problem at (tools reading IR text point at its line)
+    op: Any = None
 
     def __init__(self, message: str, fix: str | None = None, *,
-                 location: tuple[str, int] | None = None):
+                 location: tuple[str, int] | None = None, op: Any = None):
+        if location is None and op is not None:
+            loc = op.loc
+            location = (loc.file, loc.line) if loc is not None else ("<unknown>", 0)
         self.file, self.line = location or user_location(2)
-        self.fix = fix
+        self.fix, self.op = fix, op
         text = f"{self.file}:{self.line}: {message}"
         if fix:
             text += f"\n  fix: {fix}"

@@ -18,16 +18,12 @@ from typing import ClassVar
 
 from ..dialects.control_flow import branch_predicate
 from ..dialects.variables import UPDATES, variable_of
-from ..errors import DistributionRuntimeError, DistributionValueError, StrategaxError
+from ..errors import DistributionRuntimeError, DistributionValueError
 from ..ir import Block, Locality, Module, Operation, is_collective
 
 _AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
             "all-reduce the value first (sx.get_replica_context().all_reduce), or update it in "
             "cross-replica context (merge_call / extended.update)")
-
-
-def _where(op: Operation) -> tuple[str, int]:
-    return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
 
 
 _DIVERGE_FIX = ("make the predicate the same on every replica (compute it from mirrored values, or "
@@ -48,7 +44,7 @@ def _check_op(op: Operation, decls: dict, divergent: str | None) -> None:
         raise DistributionRuntimeError(
             f"{op.name}{f' ({reason})' if reason else ''} runs inside {divergent}: the replicas "
             "that skip it would leave the others waiting (the program would hang)",
-            _DIVERGE_FIX, location=_where(op))
+            _DIVERGE_FIX, op=op)
     var = variable_of(op)
     decl = decls.get(var.name) if var is not None else None
     if decl is None:
@@ -60,36 +56,32 @@ def _check_op(op: Operation, decls: dict, divergent: str | None) -> None:
         if divergent and sync == "on_write":
             raise DistributionValueError(
                 f"{kind} of mirrored variable {name} inside {divergent}: its copies would no "
-                "longer be identical", _DIVERGE_FIX, location=_where(op))
+                "longer be identical", _DIVERGE_FIX, op=op)
         per_replica = op.operands[0].type.locality is Locality.PER_REPLICA
         if sync == "on_write" and agg == "none" and ctx == "replica" and per_replica:
             raise DistributionValueError(
                 f"{kind} of mirrored variable {name} (aggregation NONE) in replica context with a "
                 "value that differs across replicas: its copies would no longer be identical",
-                _AGG_FIX, location=_where(op))
+                _AGG_FIX, op=op)
         if sync == "on_write" and ctx == "cross_replica" and per_replica:
             raise DistributionValueError(
                 f"{kind} of a per-replica value to mirrored variable {name} in cross-replica context",
-                "reduce the value first (strategy.reduce / extended.reduce_to)", location=_where(op))
+                "reduce the value first (strategy.reduce / extended.reduce_to)", op=op)
         if sync == "on_read" and ctx == "cross_replica" and kind != "assign" and agg == "sum":
             raise DistributionValueError(
                 f"{kind} of sync-on-read variable {name} (aggregation SUM) in cross-replica context",
                 "use assign (the value is divided among the replicas), or update it in strategy.run",
-                location=_where(op))
+                op=op)
     elif op.name == "sx.var_read" and sync == "on_read" and ctx == "cross_replica" and agg == "none":
         raise DistributionValueError(
             f"sync-on-read variable {name} has aggregation NONE and cannot be read in "
             "cross-replica context", "give it aggregation SUM, MEAN or ONLY_FIRST_REPLICA",
-            location=_where(op))
+            op=op)
 
 
 def check_block(block: Block, decls: dict, divergent: str | None = None) -> None:
     for op in block.ops:
-        try:
-            _check_op(op, decls, divergent)
-        except StrategaxError as e:
-            e.op = op  # tools that read IR text point at the op's line (strategax-opt)
-            raise
+        _check_op(op, decls, divergent)
         inner = divergent or _divergent(op)
         for region in op.regions:
             check_block(region, decls, inner)

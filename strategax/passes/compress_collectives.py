@@ -46,7 +46,7 @@ def _target(op: Operation, default: str | None) -> str | None:
         raise DistributionValueError(
             f"compression={asked!r} on a variable's aggregation ({op.attrs['reason']}): variable "
             "aggregation is never compressed", "remove the compression attribute from this all_reduce",
-            location=(op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0))
+            op=op)
     if asked is None and (default is None or is_aggregation(op) or not carries_gradients(op)):
         return None
     if not compressible(op.attrs["op"], op.operands[0].type.dtype):
