@@ -126,14 +126,32 @@ def check_against_reference(module, executable, args, outs):
         else:
             inputs.append(a)
     ref = sx.backends.run_reference(module, *inputs, num_replicas=n)
+    tolerance = interpreter_tolerance(module)
     for out, per_replica, layout in zip(outs, ref, executable.out_layouts):
         if layout.per_replica:
             expect = np.stack(per_replica) if layout.stacked else np.concatenate(per_replica)
         else:
             expect = per_replica[0]
-        np.testing.assert_allclose(np.asarray(out, np.float64) if out.dtype.kind in "fc" else out,
-                                   np.asarray(expect, np.float64) if out.dtype.kind in "fc" else expect,
-                                   rtol=2e-5, atol=1e-6)
+        if out.dtype.kind in "fc":
+            out, expect = np.asarray(out, np.float64), np.asarray(expect, np.float64)
+            atol = max(tolerance["atol"], tolerance["of_largest"] * float(np.max(np.abs(expect), initial=0.0)))
+        else:
+            atol = tolerance["atol"]
+        np.testing.assert_allclose(out, expect, rtol=tolerance["rtol"], atol=atol)
+
+
+HALF_FLOATS = {np.dtype(jnp.bfloat16), np.dtype(jnp.float16)}
+
+
+def interpreter_tolerance(module) -> dict:
+    """How close the compiled program and the interpreter must agree. The interpreter runs op by
+    op in eager JAX and rounds every bfloat16/float16 result; XLA keeps such intermediates in
+    float32 inside a fusion (excess precision). So a program that computes in 16 bits may
+    differ by a few roundings of 2**-8 (bfloat16): seen up to 2e-3 relative after a step. A sum
+    whose terms cancel (a bias gradient) keeps the absolute error of its largest terms, so an
+    element near zero is held to one rounding (2**-8) of the largest element of its array."""
+    half = any(getattr(r.type, "dtype", None) in HALF_FLOATS for op in module.walk() for r in op.results)
+    return dict(rtol=1e-2, atol=1e-4, of_largest=2.0 ** -8) if half else dict(rtol=2e-5, atol=1e-6, of_largest=0.0)
 
 
 def pytest_configure(config):

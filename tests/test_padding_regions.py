@@ -49,6 +49,24 @@ def while_stats(p, x, y):
     return {"mean": jnp.mean(h), "var": jnp.var(h, axis=0), "max": jnp.max(h), "count": jnp.sum(y >= 0)}
 
 
+def scan_outputs(p, x, y):
+    """Rows through a scan's stacked outputs (ys: [T, B, H], the rows on axis 1 outside the
+    loop, axis 0 inside), reduced over the rows after the loop: their mean and a second RNN
+    stacked on them, differentiated (its backward loop sums over the rows of the first's ys)."""
+    def cell(w):
+        def step(h, xt):
+            h = jnp.tanh(xt @ w + h @ p["wh"])
+            return h, h
+        return step
+    _, hs = jax.lax.scan(cell(p["wx"]), jnp.zeros((x.shape[0], H)), jnp.swapaxes(x, 0, 1))
+
+    def second(wh):
+        _, out = jax.lax.scan(cell(wh), jnp.zeros((x.shape[0], H)), hs)
+        return jnp.mean(out ** 2)
+    return {"mean": jnp.mean(hs), "rows_mean": jnp.mean(hs, axis=1), "grad": jax.grad(second)(p["wh"]),
+            "count": jnp.sum(y >= 0)}
+
+
 def grads_of(loss):
     return lambda p, x, y: jax.grad(loss)(p, x, y)
 
@@ -81,8 +99,8 @@ def _per_replica(fn, n=2 * 16 + 11):
     return batch
 
 
-@pytest.mark.parametrize("fn", [grads_of(rnn_loss), grads_of(branch_loss), while_stats],
-                         ids=["scan_rnn_grads", "cond_remat_grads", "while_stats"])
+@pytest.mark.parametrize("fn", [grads_of(rnn_loss), scan_outputs, grads_of(branch_loss), while_stats],
+                         ids=["scan_rnn_grads", "scan_outputs", "cond_remat_grads", "while_stats"])
 def test_rows_through_control_flow_match_one_device_jax(fn):
     # Intent: the last batch (11 rows over 8 replicas) is partial; every replica's result is
     # plain JAX's on its real rows, so padded rows reached no sum inside or outside the loops.

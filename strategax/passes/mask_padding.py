@@ -341,7 +341,10 @@ class MaskPadding:
                 if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
                     continue  # the user's own mask says what padded rows hold
                 if op.regions:
-                    for outer, inner, shift in region_flows(op):
+                    results = set(op.results)
+                    for src, dst, shift in region_flows(op):
+                        # a scan's ys flow from the region out: the region side is the source
+                        outer, inner = (dst, src) if dst in results else (src, dst)
                         for k in range(len(inner.type.shape)):
                             rows.union((outer, k + shift), (inner, k))
                     continue
