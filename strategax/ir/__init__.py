@@ -2,8 +2,8 @@
 
 No JAX primitives and no lowering live here: the ops are declared by `strategax.dialects`."""
 from .attr_spec import Attr, Enum, Flag, Int, Str
-from .attributes import (KINDS, EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef, dense_array,
-                         format_attr)
+from .attr_values import EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef, dense_array
+from .attributes import KINDS, format_attr
 from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
                      UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
                      is_collective, is_pure, lookup, op_effects, writes)

@@ -8,7 +8,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .attributes import Splat, SymbolRef, format_attr
+from .attr_values import Splat, SymbolRef
+from .attributes import format_attr
 
 
 def _is_int(x: Any) -> bool:

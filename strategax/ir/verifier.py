@@ -4,7 +4,7 @@ variables and the module carry well-formed attributes."""
 from __future__ import annotations
 
 from .attr_spec import attrs_problem
-from .attributes import SymbolRef
+from .attr_values import SymbolRef
 from .opdefs import MODULE_ATTRS, VAR_ATTRS, OpDef, lookup
 from .ops import Block, Module, Operation
 from .printer import print_module
