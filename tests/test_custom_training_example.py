@@ -45,30 +45,33 @@ def plain_jax(data, epochs, key_of):
     opt = optax.adam(example.LEARNING_RATE)
     state = opt.init(params)
 
+    @jax.jit  # one program per batch shape (run eagerly, every op compiles: most of the test's time was that)
+    def step_fn(params, state, chunks, key):
+        def f(p):
+            loss, logits = 0.0, []
+            for r, (cx, cy) in enumerate(chunks):
+                out = example.model(p, cx, training=True, key=jax.random.fold_in(key, r))
+                loss += jnp.sum(example.loss_object(cy, out)) / (len(cx) * N)
+                loss += sum(example.model_losses(p)) / N
+                logits.append(out)
+            return loss, jnp.concatenate(logits)
+
+        (loss, logits), grads = jax.value_and_grad(f, has_aux=True)(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss, logits
+
+    evaluate = jax.jit(example.model)
     history = {"loss": [], "accuracy": [], "test_loss": [], "test_accuracy": []}
     train = batches(train_x, train_y)
     for epoch in range(epochs):
         losses, correct, seen = [], 0.0, 0
         for step, (x, y) in enumerate(train):
             key = key_of(epoch, epoch * len(train) + step, len(train))
-            chunks = replica_chunks(x, y)
-
-            def f(p):
-                loss, logits = 0.0, []
-                for r, (cx, cy) in enumerate(chunks):
-                    out = example.model(p, cx, training=True, key=jax.random.fold_in(key, r))
-                    loss += jnp.sum(example.loss_object(cy, out)) / (len(cx) * N)
-                    loss += sum(example.model_losses(p)) / N
-                    logits.append(out)
-                return loss, jnp.concatenate(logits)
-
-            (loss, logits), grads = jax.value_and_grad(f, has_aux=True)(params)
-            updates, state = opt.update(grads, state, params)
-            params = optax.apply_updates(params, updates)
+            params, state, loss, logits = step_fn(params, state, replica_chunks(x, y), key)
             losses.append(float(loss))
             correct += float(jnp.sum(jnp.argmax(logits, -1) == y))
             seen += len(y)
-        logits = example.model(params, test_x)
+        logits = evaluate(params, test_x)
         history["loss"].append(float(np.mean(losses)))
         history["accuracy"].append(correct / seen)
         history["test_loss"].append(float(jnp.mean(example.loss_object(test_y, logits))))

@@ -53,11 +53,11 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     out = set()
     for node in ast.walk(tree):
-        if _type_checking_only(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
             continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("strategax"))
-        elif isinstance(node, ast.ImportFrom):
+        else:
             if node.level:
                 base = package.split(".")
                 base = base[:len(base) - node.level + 1]

@@ -35,13 +35,19 @@ def reference(epochs: int, restart: int | None = None) -> dict:
     x, y = load_data(SIZE, N)
     x, y = x / np.float32(255), y.astype(np.int32)
     model = build_cnn_model(SIZE, FILTERS, UNITS)
-    params = model.init(jax.random.key(0), jnp.zeros((1, SIZE, SIZE)))
+    params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, SIZE, SIZE)))  # eagerly, each op compiles
     tx = optax.rmsprop(0.001, decay=0.9, eps=1e-7)
     state = tx.init(params)
 
     def loss_fn(p, bx, by):
         logits = model.apply(p, bx)
         return optax.softmax_cross_entropy_with_integer_labels(logits, by).mean(), logits
+
+    @jax.jit  # one program (run eagerly, every op compiles: seconds)
+    def step(params, state, bx, by):
+        (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, bx, by)
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss, logits
 
     history = {"loss": [], "accuracy": []}
     for epoch in range(epochs):
@@ -50,9 +56,7 @@ def reference(epochs: int, restart: int | None = None) -> dict:
         losses, correct = [], 0
         for s in range(STEPS):
             rows = np.concatenate([np.arange(w, N, WORKERS)[s * BATCH:(s + 1) * BATCH] for w in range(WORKERS)])
-            (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x[rows], y[rows])
-            updates, state = tx.update(grads, state, params)
-            params = optax.apply_updates(params, updates)
+            params, state, loss, logits = step(params, state, x[rows], y[rows])
             losses.append(float(loss))
             correct += int((np.argmax(logits, -1) == y[rows]).sum())
         history["loss"].append(float(np.mean(losses)))

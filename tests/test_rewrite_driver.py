@@ -137,7 +137,14 @@ def test_the_tools_run_under_python_OO():
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for tool in ("strategax_opt", "strategax_dump"):
-        out = subprocess.run([sys.executable, "-OO", "-m", f"strategax.tools.{tool}", "--help"], capture_output=True,
-                             text=True, env={**os.environ, "PYTHONPATH": root}, timeout=120)
-        assert out.returncode == 0 and "usage:" in out.stdout, out.stderr
+    # both at once: each starts by compiling every module it imports (no -OO .pyc yet)
+    procs = [subprocess.Popen([sys.executable, "-OO", "-m", f"strategax.tools.{tool}", "--help"], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": root})
+             for tool in ("strategax_opt", "strategax_dump")]
+    try:
+        outs = [proc.communicate(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, (stdout, stderr) in zip(procs, outs):
+        assert proc.returncode == 0 and "usage:" in stdout, stderr
