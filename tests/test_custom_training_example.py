@@ -37,37 +37,43 @@ def replica_chunks(x, y):
     return [(x[r * per:(r + 1) * per], y[r * per:(r + 1) * per]) for r in range(N)]
 
 
+OPT = optax.adam(example.LEARNING_RATE)
+
+
+@jax.jit  # one program per batch shape, shared by the tests (eagerly every op compiles: seconds)
+def plain_step(params, state, chunks, key):
+    """One step of the tutorial's training on one device, `chunks` the replicas' parts of the batch."""
+    def f(p):
+        loss, logits = 0.0, []
+        for r, (cx, cy) in enumerate(chunks):
+            out = example.model(p, cx, training=True, key=jax.random.fold_in(key, r))
+            loss += jnp.sum(example.loss_object(cy, out)) / (len(cx) * N)
+            loss += sum(example.model_losses(p)) / N
+            logits.append(out)
+        return loss, jnp.concatenate(logits)
+
+    (loss, logits), grads = jax.value_and_grad(f, has_aux=True)(params)
+    updates, state = OPT.update(grads, state, params)
+    return optax.apply_updates(params, updates), state, loss, logits
+
+
+evaluate = jax.jit(example.model)
+
+
 def plain_jax(data, epochs, key_of):
     """The tutorial's training on one device; key_of(epoch, step, num_batches) is the step's key."""
     (train_x, train_y), (test_x, test_y) = data
     train_x, test_x = train_x[..., None] / np.float32(255), test_x[..., None] / np.float32(255)
     params = {k: jnp.asarray(v) for k, v in example.create_model().items()}
-    opt = optax.adam(example.LEARNING_RATE)
-    state = opt.init(params)
+    state = OPT.init(params)
 
-    @jax.jit  # one program per batch shape (run eagerly, every op compiles: most of the test's time was that)
-    def step_fn(params, state, chunks, key):
-        def f(p):
-            loss, logits = 0.0, []
-            for r, (cx, cy) in enumerate(chunks):
-                out = example.model(p, cx, training=True, key=jax.random.fold_in(key, r))
-                loss += jnp.sum(example.loss_object(cy, out)) / (len(cx) * N)
-                loss += sum(example.model_losses(p)) / N
-                logits.append(out)
-            return loss, jnp.concatenate(logits)
-
-        (loss, logits), grads = jax.value_and_grad(f, has_aux=True)(params)
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss, logits
-
-    evaluate = jax.jit(example.model)
     history = {"loss": [], "accuracy": [], "test_loss": [], "test_accuracy": []}
     train = batches(train_x, train_y)
     for epoch in range(epochs):
         losses, correct, seen = [], 0.0, 0
         for step, (x, y) in enumerate(train):
             key = key_of(epoch, epoch * len(train) + step, len(train))
-            params, state, loss, logits = step_fn(params, state, replica_chunks(x, y), key)
+            params, state, loss, logits = plain_step(params, state, replica_chunks(x, y), key)
             losses.append(float(loss))
             correct += float(jnp.sum(jnp.argmax(logits, -1) == y))
             seen += len(y)
