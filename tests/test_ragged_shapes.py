@@ -184,3 +184,27 @@ def test_taking_elements_of_different_shapes_inside_a_function_names_the_call(ho
         step(iter(dataset) if how == "next" else dataset)
     assert_names_this_line(e, line)
     assert "differ in shape" in str(e.value) and "for x in dist_dataset: step(x)" in str(e.value)
+
+
+def test_values_whose_extents_agree_combine_entry_by_entry():
+    # token ids and labels of one length per replica (3, 1, 2): their padded axes share one
+    # hidden input, so the program may combine them; NumPy per replica is the reference
+    strategy, lens = mirrored(3), [3, 1, 2]
+    ids = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.arange(lens[ctx.replica_id_in_sync_group], dtype=np.float32).reshape(1, -1) + 1)
+    labels = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.full((1, lens[ctx.replica_id_in_sync_group]), 2.0, np.float32))
+    want = [np.arange(n, dtype=np.float32)[None] + 1 - 2.0 for n in lens]
+    got = strategy.run(lambda a, b: a - b, args=(ids, labels))
+    for g, w in zip(strategy.experimental_local_results(got), want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    mean = strategy.function(lambda a, b: strategy.reduce(
+        "MEAN", strategy.run(lambda a, b: a - b, args=(a, b)), axis=1))
+    np.testing.assert_allclose(np.asarray(mean(ids, labels)), [np.concatenate(want, axis=1).mean()], rtol=1e-6)
+    other = strategy.experimental_distribute_values_from_function(  # lengths 1, 3, 2: they do not agree
+        lambda ctx: np.ones((1, (1, 3, 2)[ctx.replica_id_in_sync_group]), np.float32))
+    line = here() + 2
+    with pytest.raises(ValueError) as e:
+        strategy.run(lambda a, b: a - b, args=(ids, other))
+    assert_names_this_line(e, line)
+    assert "differ in shape across replicas" in str(e.value)

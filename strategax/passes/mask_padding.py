@@ -113,10 +113,16 @@ class _Rows:
             self.parent[k], k = root, self.parent.get(k, k)
         return root
 
-    def union(self, a, b) -> None:
+    def union(self, a, b) -> bool:
+        """Make `a` and `b` one axis; False when both were row axes of different counts."""
         ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[ra] = rb
+        if ra == rb:
+            return True
+        self.parent[ra] = rb
+        ca, cb = self.count.pop(ra, None), self.count.get(rb)
+        if ca is not None and cb is None:
+            self.count[rb] = ca
+        return ca is None or cb is None or ca is cb
 
     def of(self, v: Value, axis: int) -> Value | None:
         """The row count of `v`'s axis `axis` if it is a row axis, else None."""
@@ -356,6 +362,14 @@ def _follow(every: list[Block], marks: list[Operation], gaps: _Gaps) -> _Rows:
     rows = _Rows()
     producer = {r: op for b in every for op in b.ops for r in op.results}
     counts = {op.operands[1] for op in marks}
+    for op in marks:
+        rows.count[rows.find((op.result, op.attrs.get("axis", 0)))] = op.operands[1]
+
+    def union(op: Operation, a, b) -> None:
+        if not rows.union(a, b):
+            gaps.add(op, "values of two padded batches (whose real row counts may differ) are combined row "
+                     f"by row by {op.name} (or values whose shapes differ differently across replicas)",
+                     "combine batches of the same dataset element, or values of one shape on each replica")
     for b in every:
         for op in b.ops:
             if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
@@ -366,7 +380,7 @@ def _follow(every: list[Block], marks: list[Operation], gaps: _Gaps) -> _Rows:
                     # a scan's ys flow from the region out: the region side is the source
                     outer, inner = (dst, src) if dst in results else (src, dst)
                     for k in range(len(inner.type.shape)):
-                        rows.union((outer, k + shift), (inner, k))
+                        union(op, (outer, k + shift), (inner, k))
                 continue
             if op.name in ("sx.all_gather", "sx.all_gather_real"):
                 # the axes it does not gather are the operand's (for rows only: the shared table
@@ -374,18 +388,11 @@ def _follow(every: list[Block], marks: list[Operation], gaps: _Gaps) -> _Rows:
                 x, axis = op.operands[0], op.attrs["axis"]
                 for i in range(len(x.type.shape)):
                     if i != axis:
-                        rows.union((x, i), (op.results[0], i))
+                        union(op, (x, i), (op.results[0], i))
                 continue
             r = rule(op)
             for (x, i), (y, j) in (r.same if r is not None else ()):
-                rows.union((x, i), (y, j))
-    for op in marks:
-        root = rows.find((op.result, op.attrs.get("axis", 0)))
-        if rows.count.get(root, op.operands[1]) is not op.operands[1]:
-            gaps.add(op, "values of two padded batches (whose real row counts may differ) are "
-                     "combined row by row", "combine batches of the same dataset element")
-            continue
-        rows.count[root] = op.operands[1]
+                union(op, (x, i), (y, j))
     return rows
 
 

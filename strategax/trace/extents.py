@@ -18,7 +18,8 @@ from .distributed_values import DistributedValues, Form, PerReplica
 
 @dataclass(frozen=True)
 class Extents:
-    """Argument leaf `leaf` is padded along `axis`; leaf `count` holds the real extents."""
+    """Argument leaf `leaf` is padded along `axis`; leaf `count` holds the real extents (shared
+    by the padded axes whose extents agree on every replica)."""
 
     leaf: int
     axis: int

@@ -56,7 +56,7 @@ class FastCall:
             return None  # distributed values regrouped from pytrees, keyword arguments
         if any(kind not in _OUTPUT_KINDS for kind, _ in compiled.out_plan):
             return None
-        if any(kind != PER_EXAMPLE and index in compiled.padded for kind, index in compiled.out_plan):
+        if any(compiled.cut(kind, index) for kind, index in compiled.out_plan):
             return None  # cut to real extents read from the call's counts (`_Compiled._cut`)
         layouts = dict(zip(compiled.dynamic, compiled.in_layouts))
         checks, batch_at = [], None

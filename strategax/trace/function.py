@@ -141,6 +141,11 @@ class _Compiled:
             value = PerReplica._from_global(array, layout)
         return value if kind == per_example.TAKEN else value.values[entry[1]]
 
+    def cut(self, kind: str, index: int) -> bool:
+        """Whether output `index` is cut to its real extents after the run (`_cut`): every padded
+        one but a per-replica batch's rows, which PerReplicaBatch keeps lazily."""
+        return index in self.padded and not (kind == PER_EXAMPLE and self.executable.out_layouts[index].per_replica)
+
     def _cut(self, kind: str, index: int, outs, args):
         """Output `index` cut to its real extents (mask-padding's `padded_results`): each replica's
         component of a per-replica output, the one value of a replicated one."""
@@ -180,10 +185,10 @@ class _Compiled:
             if kind in (per_example.TAKEN, per_example.LOCAL):
                 leaves.append(self._trimmed(kind, index, outs, sig, args))
                 continue
-            if kind != PER_EXAMPLE and index in self.padded:
-                leaves.append(self._cut(kind, index, outs, args))
-                continue
             array, layout = outs[index], self.executable.out_layouts[index]
+            if self.cut(kind, index):
+                leaves.append(self._cut(PER_REPLICA if kind == PER_EXAMPLE else kind, index, outs, args))
+                continue
             if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
                 leaves.append(array)
             elif layout.per_replica:

@@ -267,11 +267,18 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             kind = STATIC
             key.append((kind, type(x), x))
         kinds.append(kind)
-    marks = []
-    for index, axis, count in extents:  # hidden inputs: each padded axis's real extents
-        marks.append(Extents(index, axis, len(leaves)))
-        leaves.append(count)
-        kinds.append(PER_REPLICA)
+    marks, shared = [], {}
+    for index, axis, count in extents:  # hidden inputs: each padded axis's real extents, one per
+        # distinct list of extents (values that agree on every replica share it, so the program
+        # may combine them entry by entry; which share is part of the key)
+        values = tuple(int(c) for c in count.values)
+        if values not in shared:
+            shared[values] = len(leaves)
+            leaves.append(count)
+            kinds.append(PER_REPLICA)
+        marks.append(Extents(index, axis, shared[values]))
+    if marks:
+        key.append((EXTENTS, tuple((m.leaf, m.axis, m.count) for m in marks)))
     if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
         leaves = [*leaves, batch._count_value]
         kinds.append(PER_REPLICA)
