@@ -63,14 +63,14 @@ PADDED, UNEVEN = "padded", "uneven"
 PADDED_RESULTS = "padded_results"  # module attribute: ((result, axis, "arg" | "out", index), ...)
 
 
-def _where(op: Operation) -> tuple[str, int]:
-    return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
+def _where(op: Operation | None) -> tuple[str, int]:
+    return (op.loc.file, op.loc.line) if op is not None and op.loc is not None else ("<unknown>", 0)
 
 
 class _Gaps(list):
     """The places the analysis cannot follow the rows, as `padding_gaps` entries."""
 
-    def add(self, op: Operation, message: str, fix: str = _FIX, when: str = PADDED) -> None:
+    def add(self, op: Operation | None, message: str, fix: str = _FIX, when: str = PADDED) -> None:
         entry = (*_where(op), message, fix, when)
         if entry not in self:
             self.append(entry)
@@ -223,7 +223,7 @@ class _Block:
         x = op.operands[0]
         for i in self.rows.axes(x):
             count = self.rows.of(x, i)
-            if op.name == "sx.all_reduce" and count is not None and count.type.locality is Locality.MIRRORED:
+            if count is not None and count.type.locality is Locality.MIRRORED:
                 continue  # the same real count on every replica: padded entries meet padded entries
             what = (f"gathers along axis {op.attrs.get('axis')} values padded along axis {i} ({x.type}): the "
                     "replicas' pieces do not line up" if op.name == "sx.all_gather" else
@@ -445,7 +445,7 @@ def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: 
                     body.results.append(count)
                 padded.append((i, axis, "out", out[count]))
             else:
-                gaps.add(producer.get(v) or producer[count], f"a result ({v.type}) carries padded entries along "
+                gaps.add(producer.get(v) or producer.get(count), f"a result ({v.type}) carries padded entries along "
                          f"axis {axis} whose real count is made inside a loop or branch, so they cannot be trimmed",
                          "return values whose padded axis comes from the function's inputs")
     return tuple(per_example), tuple(padded)
