@@ -19,7 +19,7 @@ import pytest
 from conftest import assert_names_this_line, here
 
 import strategax as sx
-from test_tf_semantics import assert_local_results, assert_tree
+from test_tf_semantics import assert_tree
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/ragged_shapes.json").read_text())["scenarios"]
 

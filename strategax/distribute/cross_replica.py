@@ -72,7 +72,7 @@ def is_ragged(x: Any) -> bool:
     """A PerReplica built from array components of one rank and dtype but different shapes."""
     if not isinstance(x, PerReplica) or x.form is Form.TRACED or not x.form.has_components:
         return False
-    comps = x._values
+    comps = x._held_components()
     if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps) or len({tuple(c.shape) for c in comps}) <= 1:
         return False
     if len({c.ndim for c in comps}) > 1 or len({np.dtype(c.dtype) for c in comps}) > 1:

@@ -437,6 +437,7 @@ def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: 
             per_example.append(i)  # also in `padded`: a result that is not per-replica is cut by it
         for axis in axes:
             count = rows.of(v, axis)
+            assert count is not None  # `axes` are the axes that have one
             if count in args:
                 padded.append((i, axis, "arg", args[count]))
             elif home.get(count) is body:
