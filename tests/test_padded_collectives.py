@@ -82,3 +82,17 @@ def test_gradient_through_a_gather_of_rows_raises_rather_than_guess():
     with pytest.raises(ValueError) as e:
         f(partial)
     assert "partial" in str(e.value) and "jax.dynamic_slice" in str(e.value)
+
+
+def test_mean_of_an_empty_replica_with_one_padded_row_is_nan():
+    # one row per replica, the last batch leaves replica 3 empty: its jnp.mean is of nothing (NaN in
+    # one-device JAX), not the padded row's 0 (the `sum / 1` of a mean over one row used to be folded)
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(4)])
+    data = np.arange(7, dtype=np.float32) + 1
+    dist = strategy.experimental_distribute_dataset(sx.data.Dataset.from_tensor_slices(data).batch(4))
+    f = strategy.function(lambda x: strategy.run(jnp.mean, args=(x,)))
+    for i, x in enumerate(dist):
+        pieces = [data[4 * i + k:4 * i + k + 1] for k in range(4)]
+        want = [float(jnp.mean(jnp.asarray(p))) for p in pieces]  # plain JAX, one device
+        got = [float(v) for v in strategy.experimental_local_results(f(x))]
+        np.testing.assert_array_equal(got, want)

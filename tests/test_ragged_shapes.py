@@ -13,9 +13,11 @@ extents as inputs: trace/extents.py, passes/mask_padding.py), and where TensorFl
 import json
 import pathlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from conftest import assert_names_this_line, here
 
 import strategax as sx
@@ -208,3 +210,39 @@ def test_values_whose_extents_agree_combine_entry_by_entry():
         strategy.run(lambda a, b: a - b, args=(ids, other))
     assert_names_this_line(e, line)
     assert "differ in shape across replicas" in str(e.value)
+
+
+CALLS = {  # (per-replica function or cross-replica call, NumPy reference of the components)
+    "sum_per_replica": (lambda s, v: s.run(lambda u: jnp.sum(u * u, axis=1), args=(v,)),
+                        lambda cs: [np.sum(c * c, axis=1) for c in cs]),
+    "mean_max": (lambda s, v: s.run(lambda u: jnp.mean(u, axis=1) + jnp.max(u, axis=1), args=(v,)),
+                 lambda cs: [np.sum(c, axis=1) / c.shape[1] + np.max(c, axis=1, initial=-np.inf) for c in cs]),
+    "softmax": (lambda s, v: s.run(lambda u: jax.nn.softmax(u, axis=1), args=(v,)),
+                lambda cs: [np.exp(c - c.max(1, keepdims=True, initial=-np.inf))
+                            / np.exp(c - c.max(1, keepdims=True, initial=-np.inf)).sum(1, keepdims=True) for c in cs]),
+    "reduce_mean_axis1": (lambda s, v: s.reduce("MEAN", v, axis=1),
+                          lambda cs: np.concatenate(cs, axis=1).mean(axis=1)),
+    "gather_axis1": (lambda s, v: s.gather(v, axis=1), lambda cs: np.concatenate(cs, axis=1)),
+    "all_gather_then_sum": (lambda s, v: s.run(lambda u: jnp.sum(sx.get_replica_context().all_gather(u, axis=1), axis=1),
+                                               args=(v,)),
+                            lambda cs: [np.concatenate(cs, axis=1).sum(axis=1)] * len(cs)),
+}
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(lambda w: len(set(w)) > 1),
+       st.sampled_from(sorted(CALLS)), st.booleans())
+def test_random_widths_like_numpy(widths, call, compiled):
+    # any widths (an empty replica too) and any op: the padded entries never count
+    strategy = mirrored(3)
+    rng = np.random.default_rng(sum(widths))
+    comps = [rng.normal(size=(2, w)).astype(np.float32) for w in widths]
+    x = strategy.experimental_distribute_values_from_function(lambda ctx: comps[ctx.replica_id_in_sync_group])
+    body, reference = CALLS[call]
+    got = (strategy.function(lambda v: body(strategy, v)) if compiled else (lambda v: body(strategy, v)))(x)
+    want = reference(comps)
+    if isinstance(got, sx.DistributedValues):
+        for g, w in zip(strategy.experimental_local_results(got), want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
