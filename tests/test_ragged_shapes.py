@@ -223,8 +223,8 @@ CALLS = {  # (per-replica function or cross-replica call, NumPy reference of the
     "reduce_mean_axis1": (lambda s, v: s.reduce("MEAN", v, axis=1),
                           lambda cs: np.concatenate(cs, axis=1).mean(axis=1)),
     "gather_axis1": (lambda s, v: s.gather(v, axis=1), lambda cs: np.concatenate(cs, axis=1)),
-    "all_gather_then_sum": (lambda s, v: s.run(lambda u: jnp.sum(sx.get_replica_context().all_gather(u, axis=1), axis=1),
-                                               args=(v,)),
+    "all_gather_then_sum": (lambda s, v: s.run(
+        lambda u: jnp.sum(sx.get_replica_context().all_gather(u, axis=1), axis=1), args=(v,)),
                             lambda cs: [np.concatenate(cs, axis=1).sum(axis=1)] * len(cs)),
 }
 
