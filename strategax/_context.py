@@ -28,6 +28,7 @@ class _State(threading.local):
         self.sessions: list[Any] = []  # the variable session of each trace in progress
         self.batches: list[tuple[Any, int | None]] = []  # (real row count, padded rows) per trace
         self.inputs: list[Any] = []  # the input iterators of each trace in progress (trace.batches.takes)
+        self.extents: list[bool] = []  # per trace: whether it takes values padded to one shape
 
 
 _state = _State()
@@ -101,18 +102,22 @@ def in_replica_context() -> bool:
 
 # --- traces ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def tracing(strategy, session, batch: tuple[Any, int | None] = (None, None), inputs=None) -> Iterator[None]:
+def tracing(strategy, session, batch: tuple[Any, int | None] = (None, None), inputs=None,
+            extents: bool = False) -> Iterator[None]:
     """While a strategax program is traced: `strategy` in cross-replica context, the trace's
-    variable `session`, its padded batch (this replica's real row count, padded rows) and
-    the input iterators it may take batches from."""
+    variable `session`, its padded batch (this replica's real row count, padded rows), the
+    input iterators it may take batches from, and whether it takes per-replica values whose
+    shapes differ (`extents`: padded to one shape)."""
     _state.stack.append(Entry(strategy))
     _state.depth += 1
     _state.sessions.append(session)
     _state.batches.append(batch)
     _state.inputs.append(inputs)
+    _state.extents.append(extents)
     try:
         yield
     finally:
+        _state.extents.pop()
         _state.inputs.pop()
         _state.batches.pop()
         _state.sessions.pop()
@@ -128,6 +133,11 @@ def is_tracing() -> bool:
 def session() -> Any:
     """The variable session of the innermost trace, or None."""
     return _state.sessions[-1] if _state.sessions else None
+
+
+def has_extents() -> bool:
+    """Whether the innermost trace takes per-replica values padded to one shape."""
+    return bool(_state.extents and _state.extents[-1])
 
 
 def batch() -> tuple[Any, int | None]:

@@ -1,7 +1,11 @@
 """Gradients inside a replica function: no implicit collectives, explicit ones exactly."""
+import json
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import strategax as sx
 
@@ -105,3 +109,23 @@ def test_all_reduce_mean_of_pytree():
     for r in strategy.experimental_local_results(out):
         np.testing.assert_allclose(r["a"], mean, rtol=2e-5)
         np.testing.assert_allclose(r["b"][0], 2 * mean, rtol=2e-5)
+
+
+RECORDED_GRADIENTS = json.loads((pathlib.Path(__file__).parent / "data/tf/gradients.json").read_text())["scenarios"]
+
+
+@pytest.mark.parametrize("op", ["SUM", "MEAN"])
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gradient_through_all_reduce_is_tensorflows(op, n, compiled):
+    # d/dw of all_reduce(op, x_r * w) on replica r: the all-reduce of the cotangents (SUM: N * x_r),
+    # recorded from TensorFlow 2.21 (tools/tf_record/record_gradients.py)
+    rec = RECORDED_GRADIENTS[f"all_reduce_{op.lower()}_{'tf_function' if compiled else 'eager'}_r{n}"]["result"]
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(n)])
+    x = strategy.experimental_distribute_values_from_function(lambda ctx: jnp.float32(ctx.replica_id_in_sync_group + 1))
+
+    def run(x):
+        return strategy.run(lambda x: jax.grad(lambda w: sx.get_replica_context().all_reduce(op, x * w))(2.0),
+                            args=(x,))
+    got = (strategy.function(run) if compiled else run)(x)
+    assert [float(g) for g in strategy.experimental_local_results(got)] == [c["value"] for c in rec["values"]]

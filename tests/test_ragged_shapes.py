@@ -4,22 +4,24 @@ case in its own process). `row` is (1, r+1)-shaped on replica r, `col` (r+1, 2),
 with w = 2, 3, 1 on 3 replicas (the first replica not the widest); the dataset deals [[0, 1]] and
 then the wider [[10, 11, 12]] to replicas 0 and 1.
 
-What holds: outside compiled functions `gather` along the differing axis concatenates the real
-extents, `reduce(op, v, axis=k)` and `experimental_local_results` give TensorFlow's values, and
-where TensorFlow refuses (pieces that do not line up) strategax raises a named error. What
-strategax does not do (docs/porting.md): run a replica function, or a compiled function, on
-such values when they differ off axis 0 (TensorFlow runs each replica on its own shape): it
-raises a named error with the user's line and the fix, never a wrong answer."""
+What holds, eagerly and inside compiled functions (each against TensorFlow's record of the same
+mode): `gather` and `all_gather` along the differing axis concatenate the real extents,
+`reduce(op, v, axis=k)`, `experimental_local_results` and replica functions give TensorFlow's
+values (a compiled program takes such values padded to the largest extent, with the real
+extents as inputs: trace/extents.py, passes/mask_padding.py), and where TensorFlow refuses
+(pieces that do not line up) strategax raises a named error naming the user's line."""
 import json
 import pathlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from conftest import assert_names_this_line, here
 
 import strategax as sx
-from test_tf_semantics import assert_local_results, assert_tree
+from test_tf_semantics import assert_tree
 
 RECORDED = json.loads((pathlib.Path(__file__).parent / "data/tf/ragged_shapes.json").read_text())["scenarios"]
 
@@ -76,41 +78,45 @@ def _calls(strategy, x):
     }
 
 
-def _cases(kind, predicate):
+def _cases(kind, predicate, mode="eager"):
     n = MAKERS[kind][1]
-    return [name[len(kind) + 1:-len(f"_eager_r{n}")] for name in RECORDED
-            if name.startswith(kind + "_") and name.endswith(f"_eager_r{n}") and predicate(recorded(name))]
+    return [name[len(kind) + 1:-len(f"_{mode}_r{n}")] for name in RECORDED
+            if name.startswith(kind + "_") and name.endswith(f"_{mode}_r{n}") and predicate(recorded(name))]
 
 
 def _answers(rec):
     return not (isinstance(rec, dict) and "error" in rec)
 
 
-# TensorFlow answers, and strategax gives the same values outside compiled functions
-HOST = [(k, c) for k in MAKERS for c in _cases(k, _answers)
-        if not c.startswith(("all_gather", "gather_nested")) and not (c == "run_times2" and k != "col")]
+def _run(strategy, x, case, mode):
+    """The case's call on `x`, eagerly or as the body of a compiled function."""
+    if mode == "eager":
+        return _calls(strategy, x)[case]()
+    return strategy.function(lambda v: _calls(strategy, v)[case]())(x)
+
+
+MODES = ("eager", "tf_function")
+# TensorFlow answers, and strategax gives the same values (TensorFlow 2.21 hands back replica 0's
+# value alone for a nested gather: test_gather_of_a_nested_structure)
+ANSWERED = [(k, c, m) for m in MODES for k in MAKERS for c in _cases(k, _answers, m)
+            if not c.startswith("gather_nested")]
 # TensorFlow refuses: the pieces do not line up
-REFUSED = [(k, c) for k in MAKERS for c in _cases(k, lambda r: not _answers(r))]
+REFUSED = [(k, c, m) for m in MODES for k in MAKERS for c in _cases(k, lambda r: not _answers(r), m)]
 
 
-@pytest.mark.parametrize("kind,case", HOST)
-def test_values_of_different_shapes_like_tensorflow(kind, case):
+@pytest.mark.parametrize("kind,case,mode", ANSWERED)
+def test_values_of_different_shapes_like_tensorflow(kind, case, mode):
     n = MAKERS[kind][1]
-    rec = recorded(f"{kind}_{case}_eager_r{n}")
     strategy, x, _ = _value(kind)
-    got = _calls(strategy, x)[case]()
-    if case == "run_times2":  # differing along axis 0 only: strategy.run pads the rows
-        assert_local_results(strategy, got, rec["value"]["values"])
-    else:
-        assert_tree(got, rec["value"])
+    assert_tree(_run(strategy, x, case, mode), recorded(f"{kind}_{case}_{mode}_r{n}")["value"])
 
 
-@pytest.mark.parametrize("kind,case", REFUSED)
-def test_where_tensorflow_refuses_a_named_error(kind, case):
+@pytest.mark.parametrize("kind,case,mode", REFUSED)
+def test_where_tensorflow_refuses_a_named_error(kind, case, mode):
     strategy, x, _ = _value(kind)
     with pytest.raises(ValueError) as e:
-        _calls(strategy, x)[case]()
-    text = str(e.value)  # raised in the lambda of `_calls`: its line is named
+        _run(strategy, x, case, mode)
+    text = str(e.value)  # raised for the call in the lambda of `_calls`: its line is named
     assert isinstance(e.value, sx.errors.DistributionValueError) and "fix:" in text, text
     assert "test_ragged_shapes.py:" in text, text
 
@@ -126,60 +132,31 @@ def test_gather_of_a_nested_structure(kind, axis):
     assert_tree(_calls(strategy, x)[f"gather_nested_axis{axis}"](), {"a": single, "b": [single]})
 
 
-def test_gather_along_the_differing_axis_in_tensorflow_also_in_a_function():
-    rec = recorded("row_gather_axis1_tf_function_r2")
-    assert rec == recorded("row_gather_axis1_eager_r2")
-    np.testing.assert_array_equal(rec["value"]["value"], [[0.0, 10.0, 11.0]])
-
-
-# TensorFlow answers; strategax raises a named error (a difference listed in docs/porting.md)
-UNSUPPORTED = [(k, c) for k in MAKERS for c in _cases(k, _answers)
-               if c.startswith("all_gather") or (c == "run_times2" and k != "col")]
-
-
-@pytest.mark.parametrize("kind,case", UNSUPPORTED)
-def test_replica_functions_on_values_of_different_shapes_raise_a_named_error(kind, case):
-    strategy, x, _ = _value(kind)
-    with pytest.raises(ValueError) as e:
-        _calls(strategy, x)[case]()
-    text = str(e.value)
-    assert isinstance(e.value, sx.errors.DistributionValueError) and "fix:" in text, text
-    assert "test_ragged_shapes.py:" in text and ("pad" in text or "gather" in text), text
-
-
-@pytest.mark.parametrize("api", ["gather", "local_results", "all_gather"])
-def test_compiled_function_of_values_of_different_shapes_names_the_axis(api):
-    assert _answers(recorded("row_gather_axis1_tf_function_r2"))
-    strategy, x, _ = _value("row")
-    body = {"gather": lambda v: strategy.gather(v, axis=1),
-            "local_results": lambda v: strategy.experimental_local_results(v),
-            "all_gather": lambda v: strategy.run(lambda u: sx.get_replica_context().all_gather(u, axis=1),
-                                                 args=(v,))}[api]
-    f = strategy.function(body)
-    line = here() + 2
-    with pytest.raises(ValueError) as e:
-        f(x)
-    assert_names_this_line(e, line)
-    assert "along axis 1" in str(e.value) and "strategy.gather(v, axis=k)" in str(e.value)
-
-
 def _wider_dataset(strategy):
     def dataset_fn(ctx):
         return [np.array([[0.0, 1.0]], np.float32), np.array([[10.0, 11.0, 12.0]], np.float32)]
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
-@pytest.mark.parametrize("what", ["local_results", "gather_axis1", "reduce_sum_axis1", "gather_axis0"])
-def test_dataset_whose_second_element_is_wider(what):
-    # the crash this fixes: NumPy's "could not broadcast input array from shape (1,3) into shape (1,2)"
-    recs = recorded(f"dataset_wider_{what}_eager_r2")
+WIDER = ["local_results", "gather_axis1", "reduce_sum_axis1", "gather_axis0", "all_gather_axis1", "run_times2"]
+
+
+@pytest.mark.parametrize("what,mode", [(w, m) for m in MODES for w in WIDER])
+def test_dataset_whose_second_element_is_wider(what, mode):
+    # the crash this fixed: NumPy's "could not broadcast input array from shape (1,3) into shape (1,2)"
+    recs = recorded(f"dataset_wider_{what}_{mode}_r2")
     strategy = mirrored(2)
     steps = list(_wider_dataset(strategy))
     assert len(steps) == len(recs) == 1
+    rc = sx.get_replica_context
     call = {"local_results": lambda x: list(strategy.experimental_local_results(x)),
             "gather_axis1": lambda x: strategy.gather(x, axis=1),
             "reduce_sum_axis1": lambda x: strategy.reduce("SUM", x, axis=1),
-            "gather_axis0": lambda x: strategy.gather(x, axis=0)}[what]
+            "gather_axis0": lambda x: strategy.gather(x, axis=0),
+            "all_gather_axis1": lambda x: strategy.run(lambda v: rc().all_gather(v, axis=1), args=(x,)),
+            "run_times2": lambda x: strategy.run(lambda v: v * 2.0, args=(x,))}[what]
+    if mode == "tf_function":
+        call = strategy.function(call)
     if _answers(recs[0]):
         assert_tree(call(steps[0]), recs[0]["value"])
         return
@@ -188,16 +165,84 @@ def test_dataset_whose_second_element_is_wider(what):
     assert "do not line up" in str(e.value) and "fix:" in str(e.value)
 
 
-def test_dataset_whose_second_element_is_wider_in_a_replica_function():
-    assert _answers(recorded("dataset_wider_all_gather_axis1_eager_r2")[0])
+@pytest.mark.parametrize("how", ["next", "for"])
+def test_taking_elements_of_different_shapes_inside_a_function_names_the_call(how):
+    # an element taken inside a compiled function is taken on the device, in one shape: the call
+    # that would take one whose replicas' values differ in shape raises (a raw TypeError before)
     strategy = mirrored(2)
-    (x,) = list(_wider_dataset(strategy))
+    dataset = _wider_dataset(strategy)
+    assert dataset.element_spec.shape == (1, None)  # the width differs across replicas
+
+    @strategy.function
+    def step(data):
+        if how == "next":
+            return strategy.run(jnp.sum, args=(next(data),))
+        total = 0.0
+        for x in data:
+            total += strategy.reduce("SUM", strategy.run(jnp.sum, args=(x,)), axis=None)
+        return total
     line = here() + 2
     with pytest.raises(ValueError) as e:
-        strategy.run(lambda v: sx.get_replica_context().all_gather(v, axis=1), args=(x,))
+        step(iter(dataset) if how == "next" else dataset)
     assert_names_this_line(e, line)
-    f = strategy.function(lambda v: strategy.gather(v, axis=1))
+    assert "differ in shape" in str(e.value) and "for x in dist_dataset: step(x)" in str(e.value)
+
+
+def test_values_whose_extents_agree_combine_entry_by_entry():
+    # token ids and labels of one length per replica (3, 1, 2): their padded axes share one
+    # hidden input, so the program may combine them; NumPy per replica is the reference
+    strategy, lens = mirrored(3), [3, 1, 2]
+    ids = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.arange(lens[ctx.replica_id_in_sync_group], dtype=np.float32).reshape(1, -1) + 1)
+    labels = strategy.experimental_distribute_values_from_function(
+        lambda ctx: np.full((1, lens[ctx.replica_id_in_sync_group]), 2.0, np.float32))
+    want = [np.arange(n, dtype=np.float32)[None] + 1 - 2.0 for n in lens]
+    got = strategy.run(lambda a, b: a - b, args=(ids, labels))
+    for g, w in zip(strategy.experimental_local_results(got), want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    mean = strategy.function(lambda a, b: strategy.reduce(
+        "MEAN", strategy.run(lambda a, b: a - b, args=(a, b)), axis=1))
+    np.testing.assert_allclose(np.asarray(mean(ids, labels)), [np.concatenate(want, axis=1).mean()], rtol=1e-6)
+    other = strategy.experimental_distribute_values_from_function(  # lengths 1, 3, 2: they do not agree
+        lambda ctx: np.ones((1, (1, 3, 2)[ctx.replica_id_in_sync_group]), np.float32))
     line = here() + 2
     with pytest.raises(ValueError) as e:
-        f(x)
+        strategy.run(lambda a, b: a - b, args=(ids, other))
     assert_names_this_line(e, line)
+    assert "differ in shape across replicas" in str(e.value)
+
+
+CALLS = {  # (per-replica function or cross-replica call, NumPy reference of the components)
+    "sum_per_replica": (lambda s, v: s.run(lambda u: jnp.sum(u * u, axis=1), args=(v,)),
+                        lambda cs: [np.sum(c * c, axis=1) for c in cs]),
+    "mean_max": (lambda s, v: s.run(lambda u: jnp.mean(u, axis=1) + jnp.max(u, axis=1), args=(v,)),
+                 lambda cs: [np.sum(c, axis=1) / c.shape[1] + np.max(c, axis=1, initial=-np.inf) for c in cs]),
+    "softmax": (lambda s, v: s.run(lambda u: jax.nn.softmax(u, axis=1), args=(v,)),
+                lambda cs: [np.exp(c - c.max(1, keepdims=True, initial=-np.inf))
+                            / np.exp(c - c.max(1, keepdims=True, initial=-np.inf)).sum(1, keepdims=True) for c in cs]),
+    "reduce_mean_axis1": (lambda s, v: s.reduce("MEAN", v, axis=1),
+                          lambda cs: np.concatenate(cs, axis=1).mean(axis=1)),
+    "gather_axis1": (lambda s, v: s.gather(v, axis=1), lambda cs: np.concatenate(cs, axis=1)),
+    "all_gather_then_sum": (lambda s, v: s.run(
+        lambda u: jnp.sum(sx.get_replica_context().all_gather(u, axis=1), axis=1), args=(v,)),
+                            lambda cs: [np.concatenate(cs, axis=1).sum(axis=1)] * len(cs)),
+}
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(lambda w: len(set(w)) > 1),
+       st.sampled_from(sorted(CALLS)), st.booleans())
+def test_random_widths_like_numpy(widths, call, compiled):
+    # any widths (an empty replica too) and any op: the padded entries never count
+    strategy = mirrored(3)
+    rng = np.random.default_rng(sum(widths))
+    comps = [rng.normal(size=(2, w)).astype(np.float32) for w in widths]
+    x = strategy.experimental_distribute_values_from_function(lambda ctx: comps[ctx.replica_id_in_sync_group])
+    body, reference = CALLS[call]
+    got = (strategy.function(lambda v: body(strategy, v)) if compiled else (lambda v: body(strategy, v)))(x)
+    want = reference(comps)
+    if isinstance(got, sx.DistributedValues):
+        for g, w in zip(strategy.experimental_local_results(got), want):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+    else:
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

@@ -586,16 +586,5 @@ def test_ragged_dataset_from_function(mode):
                 "run_gather": strategy.gather(y, axis=0)}
     steps = list(strategy.distribute_datasets_from_function(dataset_fn))
     assert len(steps) == len(recs) == 1
-    if mode == "eager":
-        assert_tree(step(steps[0]), recs[0])
-    else:  # inside a compiled function the per-replica reductions work; gathers come back outside
-        f = strategy.function(lambda x: (strategy.reduce("SUM", x, axis=0), strategy.reduce("MEAN", x, axis=0),
-                                         strategy.run(lambda v: v * 2.0, args=(x,))))
-        s, m, y = f(steps[0])
-        assert_tree(s, recs[0]["sum0"])
-        assert_tree(m, recs[0]["mean0"])
-        assert_tree(strategy.gather(y, axis=0), recs[0]["run_gather"])
-        with pytest.raises(ValueError) as e:
-            line = here() + 1
-            strategy.function(lambda x: strategy.gather(x, axis=0))(steps[0])
-        assert_names_this_line(e, line)
+    # TensorFlow answers the same inside a tf.function: so does the whole step compiled
+    assert_tree((step if mode == "eager" else strategy.function(step))(steps[0]), recs[0])

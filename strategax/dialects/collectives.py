@@ -245,6 +245,64 @@ REFERENCE["sx.all_gather"] = lambda op, args, ctx: [
     [np.concatenate([np.asarray(x) for x in args[0]], axis=op.attrs["axis"])] * len(args[0])]
 
 
+
+# --- sx.all_gather_real: an all_gather of padded values that keeps only the real entries -----
+def _verify_all_gather_real(op: Operation) -> str | None:
+    (src, count), (dst, total) = [v.type for v in op.operands], [v.type for v in op.results]
+    axis, n = op.attrs["axis"], op.attrs["num_replicas"]
+    if not 0 <= axis < len(src.shape):
+        return f"`axis` {axis!r} is out of range for {src}"
+    if dst.dtype != src.dtype or tuple(dst.shape) != tuple(
+            d * n if i == axis else d for i, d in enumerate(src.shape)):
+        return f"result type {dst} is not operand type {src} gathered along axis {axis} from {n} replicas"
+    if count.shape != () or total.shape != () or count.dtype != total.dtype \
+            or not np.issubdtype(count.dtype, np.integer):
+        return f"the extents must be integer scalars of one dtype, not {count} and {total}"
+    return None
+
+
+declare(OpDef("sx.all_gather_real", "Concatenate the first `count` entries along `axis` of every "
+              "replica's value (its real extent; the rest is padding) and return them first, padded "
+              "with zeros to the gathered size, with their total count (mask-padding makes it from an "
+              "sx.all_gather of a padded axis).",
+              num_operands=2, num_results=2,
+              attrs={"axis": Int(minimum=0), "num_replicas": Int(1), "reason": Str()},
+              locality=mirrored, verify=_verify_all_gather_real, is_collective=True))
+
+
+def _compact(pieces, counts, axis: int, xp):
+    """The first counts[r] entries along `axis` of each of the len(counts) equal `pieces` (one
+    array, concatenated), moved to the front; the rest zeros; and their total."""
+    n = counts.shape[0]
+    size = pieces.shape[axis] // n
+    ends = xp.cumsum(counts)
+    total = ends[-1]
+    j = xp.arange(n * size)
+    r = xp.clip(xp.searchsorted(ends, j, side="right"), 0, n - 1)
+    valid = j < total
+    src = xp.where(valid, r * size + j - (ends - counts)[r], 0)
+    shape = [1] * pieces.ndim
+    shape[axis] = n * size
+    out = xp.where(valid.reshape(shape), xp.take(pieces, src, axis=axis), xp.zeros((), pieces.dtype))
+    return out.astype(pieces.dtype), total.astype(counts.dtype)
+
+
+def _lower_all_gather_real(op, args, ctx):
+    x, count = args
+    pieces = lax.all_gather(x, ctx.axis_name, axis=op.attrs["axis"], tiled=True)
+    counts = lax.all_gather(count.reshape((1,)), ctx.axis_name, axis=0, tiled=True)
+    return list(_compact(pieces, counts, op.attrs["axis"], jnp))
+
+
+def _reference_all_gather_real(op, args, ctx):
+    xs, counts = ([np.asarray(v) for v in a] for a in args)
+    out, total = _compact(np.concatenate(xs, axis=op.attrs["axis"]), np.stack(counts), op.attrs["axis"], np)
+    return [[out] * len(xs), [total] * len(xs)]
+
+
+LOWERINGS["sx.all_gather_real"] = _lower_all_gather_real
+REFERENCE["sx.all_gather_real"] = _reference_all_gather_real
+
 def check_axis_type(axis, api: str, allow_none: bool = False) -> None:
     """`axis` is a Python (or NumPy) int (or None where `allow_none`), not a string or bool."""
     if axis is None and allow_none:

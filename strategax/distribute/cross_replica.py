@@ -5,15 +5,17 @@ batch_reduce_to, extended.update).
 
 Eagerly a call runs a compiled function of its traced body, made once per key (the API, the
 user's function by code, defaults and captures, the options) and then once per input
-signature; a partial batch's padded rows are trimmed from what comes back. Traced, the body
-is the collective itself; `strategy.reduce(..., axis=0)` counts real rows with `sx.row_ones`,
-whose sum the mask-padding pass masks.
+signature; the program's outputs come back cut to their real rows (mask-padding's
+`padded_results`). Traced, the body is the collective itself; `strategy.reduce(..., axis=k)`
+counts real entries with `sx.row_ones`, whose sum the mask-padding pass masks, and a gather
+along a padded axis concatenates only the real entries (mask-padding's `sx.all_gather_real`).
 
 A PerReplica whose components differ in shape ("ragged", as TensorFlow allows: arrays of
 different lengths, or a dataset whose replicas get 2 and 3 rows) is combined on the host by
-an eager `gather` or `reduce(op, v, axis=k)`, and `run` takes one that differs only along the
-batch axis as a padded batch (`ragged_as_batches`). Where the result has no meaning (a reduction
-without axis, pieces that do not line up) it raises, as TensorFlow does.
+an eager `gather` or `reduce(op, v, axis=k)`; `run` takes one that differs only along the
+batch axis as a padded batch (`ragged_as_batches`), and one that differs on other axes padded
+to one shape (`trace.extents`). Where the result has no meaning (a reduction without axis,
+pieces that do not line up) it raises, as TensorFlow does.
 """
 from __future__ import annotations
 
@@ -66,21 +68,12 @@ def _is_mirrored_variable(x) -> TypeGuard[MirroredVariable]:
 
 
 # --- ragged values ------------------------------------------------------------------------------
-def _components(x) -> list[np.ndarray] | None:
-    if not x.form.has_components:
-        return None
-    comps = x._values
-    if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps):
-        return None
-    return comps
-
-
 def is_ragged(x: Any) -> bool:
     """A PerReplica built from array components of one rank and dtype but different shapes."""
-    if not is_distributed(x) or not isinstance(x, PerReplica) or x.form is Form.TRACED:
+    if not isinstance(x, PerReplica) or x.form is Form.TRACED or not x.form.has_components:
         return False
-    comps = _components(x)
-    if comps is None or len({tuple(c.shape) for c in comps}) <= 1:
+    comps = x._held_components()
+    if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps) or len({tuple(c.shape) for c in comps}) <= 1:
         return False
     if len({c.ndim for c in comps}) > 1 or len({np.dtype(c.dtype) for c in comps}) > 1:
         raise DistributionValueError(
@@ -101,19 +94,11 @@ def ragged_as_batches(strategy, tree: Any) -> Any:
 
 
 def _ragged_as_batch(strategy, x):
-    """`x` (differing only along axis 0) as a padded per-replica batch."""
+    """`x` differing only along axis 0 as a padded per-replica batch; differing on other axes,
+    `x` itself (a compiled function pads it to one shape, `trace.extents`)."""
     comps = _host_components(x)
     if comps[0].ndim == 0 or len({c.shape[1:] for c in comps}) > 1:
-        axes = [k for k in range(1, comps[0].ndim) if len({c.shape[k] for c in comps}) > 1]
-        raise DistributionValueError(
-            f"strategy.run of a PerReplica whose components differ in shape along axis "
-            f"{', '.join(map(str, axes)) or 0} ({[c.shape for c in comps]}): one compiled program runs every "
-            "replica, and strategax pads only axis 0 (the rows) of per-replica values (TensorFlow runs "
-            "each replica on its own shape)",
-            "give the components the same shape except along axis 0; strategy.gather(v, axis=k), "
-            "strategy.reduce(op, v, axis=k) and experimental_local_results take them as they are (outside "
-            "compiled functions), or pad them to one shape (jnp.pad) and pass the real extents as another "
-            "per-replica argument")
+        return x
     if strategy._num_local_replicas != strategy.num_replicas_in_sync:
         raise DistributionValueError(
             "strategy.run of a PerReplica built by hand whose components differ in length, in a "
@@ -135,11 +120,11 @@ def reduce(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
         if is_distributed(x) and x.form is not Form.TRACED:
             check_components(x, strategy.num_replicas_in_sync, strategy._num_local_replicas)
     if tracing:
-        return _map(lambda x: _reduce_traced(strategy, op, x, axis, trimmed=False), value)
+        return _map(lambda x: _reduce_traced(op, x, axis), value)
     fn = eager_function(strategy, ("reduce", op, axis), lambda: lambda value: _map(
-        lambda x: _reduce_traced(strategy, op, x, axis, trimmed=True), value), "reduce")
+        lambda x: _reduce_traced(op, x, axis), value), "reduce")
     _check_even(value, axis)
-    return _trim_reduced(value, fn(value)) if axis is None else fn(value)
+    return fn(value)
 
 
 def _reduce_plain(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
@@ -161,34 +146,26 @@ def _reduce_plain(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
     return jax.tree_util.tree_map(one, value)
 
 
-def _reduce_traced(strategy, op: ReduceOp, x, axis: int | None, trimmed: bool):
-    """The traced reduction of one leaf; `trimmed`: the eager caller drops padded rows after."""
+def _reduce_traced(op: ReduceOp, x, axis: int | None):
+    """The traced reduction of one leaf (its padded rows: mask-padding's, in and out)."""
     local = local_value(x) if is_distributed(x) else jnp.asarray(x)
     if axis is not None:
         axis = collectives.check_axis(axis, local.ndim, "strategy.reduce")
-    if not trimmed and axis != 0:
-        padding.check_not_padded(local, "strategy.reduce" + (" without axis" if axis is None else f"(axis={axis})"),
-                                 "reduce over the batch axis (axis=0), or call strategy.reduce outside the "
-                                 "compiled function (strategax drops the padded rows there)")
-    if axis is None:
+    if axis is None:  # padded rows of replicas with different real counts: a gap of mask-padding
         return collectives.all_reduce(local, op.ir_name, "Strategy.reduce")
-    if axis == 0 and local.ndim:  # counts only real rows where local is per-example
-        return _reduce_rows(op, local)
+    return _reduce_rows(op, local, axis)
+
+
+def _reduce_rows(op: ReduceOp, local, axis: int):
+    """Reduce over `axis`: the sum (the mask-padding pass masks padded entries exactly when
+    `axis` of `local` is padded: a partial batch's rows, or the axis along which the replicas'
+    values differ in size) and, for MEAN, a division by the entries summed over all replicas,
+    counted the same way: the sum of `sx.row_ones` (the real global count along a padded axis,
+    its size x replicas along any other)."""
     total = collectives.all_reduce(jnp.sum(local, axis=axis), "sum", "Strategy.reduce")
-    if op is ReduceOp.MEAN:
-        total = total / (local.shape[axis] * strategy.num_replicas_in_sync)
-    return total
-
-
-def _reduce_rows(op: ReduceOp, local):
-    """Reduce over axis 0: the sum (the mask-padding pass masks padded rows exactly when axis 0
-    of `local` is a partial batch's row axis) and, for MEAN, a division by the rows summed over
-    all replicas, counted the same way: the sum of `sx.row_ones` (the real global row count of
-    a per-example value, rows x replicas of any other value)."""
-    total = collectives.all_reduce(jnp.sum(local, axis=0), "sum", "Strategy.reduce")
     if op is ReduceOp.SUM or total.size == 0:  # nothing to divide: an empty mean is empty
         return total
-    ones = row_ones(local).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
+    ones = row_ones(local, axis).astype(total.dtype if jnp.issubdtype(total.dtype, jnp.floating) else jnp.float32)
     n = collectives.all_reduce(jnp.sum(ones), "sum", "Strategy.reduce")
     return total / n  # no rows anywhere: NaN, as TensorFlow's mean of nothing
 
@@ -230,46 +207,27 @@ def _check_even(value: Any, axis: int | None = None, gather: bool = False) -> No
             "reduce over the batch axis (axis=0), or reduce per-replica scalars such as losses")
 
 
-def _trim_reduced(value: Any, result: Any) -> Any:
-    """`reduce(op, v)` without axis of a padded per-example `v`: drop the padded rows of the
-    result (replicas with equal real row counts combine row by row, as in TensorFlow)."""
-    def one(v, r):
-        if isinstance(v, PerReplicaBatch) and max(v._counts) < v._rows:
-            return r[:max(v._counts)]
-        return r
-    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)
-
-
 # --- gather -----------------------------------------------------------------------------------
 def gather(strategy, value: Any, axis: int) -> Any:
     """`strategy.gather(value, axis)` of checked arguments."""
     value = jax.tree_util.tree_map(_gather_variable(strategy, axis), value, is_leaf=_is_mirrored_variable)
     if _context.is_tracing():
-        return _gather_tree(strategy, value, axis, trimmed=False)
+        return _gather_tree(strategy, value, axis)
     leaves = _leaves(value)
     if not any(is_distributed(x) for x in leaves):
         return value
     if any(is_ragged(x) for x in leaves):
         return _map(lambda x: _gather_ragged(x, axis) if is_ragged(x) else gather(strategy, x, axis), value)
     _check_even(value, axis, gather=True)
-    fn = eager_function(strategy, ("gather", axis),
-                        lambda: lambda value: _gather_tree(strategy, value, axis, trimmed=True), "gather")
-    return _trim_gathered(value, fn(value), axis)
+    fn = eager_function(strategy, ("gather", axis), lambda: lambda value: _gather_tree(strategy, value, axis), "gather")
+    return fn(value)
 
 
-def _gather_tree(strategy, value: Any, axis: int, trimmed: bool) -> Any:
-    """The traced gather of every leaf; `trimmed`: the eager caller keeps the real rows after."""
+def _gather_tree(strategy, value: Any, axis: int) -> Any:
+    """The traced gather of every leaf (mask-padding keeps only real entries along a padded axis)."""
     n = strategy.num_replicas_in_sync
-
-    def one(x):
-        if not is_distributed(x):
-            return x
-        local = local_value(x)
-        if not trimmed:
-            padding.check_not_padded(local, "strategy.gather", "call strategy.gather outside the compiled "
-                                     "function (strategax keeps each replica's real rows there)")
-        return collectives.all_gather(local, axis, n, "Strategy.gather")
-    return _map(one, value)
+    return _map(lambda x: collectives.all_gather(local_value(x), axis, n, "Strategy.gather")
+                if is_distributed(x) else x, value)
 
 
 def _gather_variable(strategy, axis: int) -> Callable:
@@ -298,17 +256,6 @@ def _check_other_dims(comps: list[np.ndarray], axis: int, api: str) -> None:
             "give the components the same shape except along the axis you gather or reduce over")
 
 
-def _trim_gathered(value: Any, result: Any, axis: int) -> Any:
-    """`gather(v, axis=0)` of padded per-example values: keep each replica's real rows only."""
-    def one(v, r):
-        if not isinstance(v, PerReplicaBatch) or axis % max(v._ndim, 1) != 0 \
-                or min(v._counts) == v._rows:
-            return r
-        index = np.concatenate([np.arange(i * v._rows, i * v._rows + c) for i, c in enumerate(v._counts)])
-        return jnp.asarray(r)[index]
-    return jax.tree_util.tree_map(one, value, result, is_leaf=is_distributed)
-
-
 # --- local results ------------------------------------------------------------------------------
 def local_results(strategy, value: Any) -> tuple:
     """`strategy.experimental_local_results(value)`: one value per local replica (a 1-tuple
@@ -335,7 +282,7 @@ def _local_results_traced(strategy, value: DistributedValues) -> tuple:
     n = strategy.num_replicas_in_sync
     if isinstance(value, Mirrored):
         return (value._local,) * n
-    if padding.is_per_example(value._local):  # no static shape: cut from the output after the run
-        return tuple(LocalResult(value, i) for i in range(n))
+    if padding.is_per_example(value._local) or _context.has_extents():  # no static shape: cut from
+        return tuple(LocalResult(value, i) for i in range(n))  # the output after the run
     gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
     return tuple(gathered[i] for i in range(n))

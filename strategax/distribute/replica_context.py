@@ -8,7 +8,6 @@ import jax.numpy as jnp
 from jax._src import core as jax_core
 
 from ..dialects import collectives
-from ..input import padding
 from ..errors import DistributionTypeError
 from .merge import merge_call
 from .options import check_options
@@ -62,12 +61,8 @@ class ReplicaContext:
         collectives.check_axis_type(axis, "ReplicaContext.all_gather")
         n = self.num_replicas_in_sync
 
-        def one(x):
-            padding.check_not_padded(x, "ReplicaContext.all_gather", "all_gather values without the "
-                                     "batch's rows (e.g. per-replica sums), or return the rows from strategy.run "
-                                     "and call strategy.gather outside the compiled function")
-            return collectives.all_gather(x, axis, n, "ReplicaContext.all_gather")
-        return jax.tree_util.tree_map(one, value)
+        return jax.tree_util.tree_map(lambda x: collectives.all_gather(x, axis, n, "ReplicaContext.all_gather"),
+                                      value)
 
     def merge_call(self, merge_fn, args=(), kwargs=None) -> Any:
         """Run `merge_fn(strategy, *args, **kwargs)` once in cross-replica context (see `merge`).

@@ -56,8 +56,14 @@ def host_iterator(dataset: Any) -> Iterator:
 
 
 def spec_of(element: Any) -> Any:
-    """`element_spec` of a placed element: per-replica TensorSpecs with an unknown batch axis."""
+    """`element_spec` of a placed element: per-replica TensorSpecs with an unknown batch axis
+    (and unknown extents where the replicas' values differ in shape)."""
     def one(v):
+        if v._global is None:  # components of different shapes
+            comps = v.values
+            shape = tuple(c.shape[k] if len({d.shape[k] for d in comps}) == 1 else None
+                          for k, c in ((k, comps[0]) for k in range(comps[0].ndim)))
+            return TensorSpec(shape, np.dtype(comps[0].dtype))
         t = v._global[1].type
         shape = (None, *t.shape[1:]) if t.shape and getattr(v, "_counts", None) is not None else t.shape
         return TensorSpec(tuple(shape), np.dtype(t.dtype))
@@ -128,7 +134,7 @@ class DistributedIterator:
         last one seen once the data has ended, so the call that finds no batch needs no trace)."""
         element = self._peek()
         if element is not None:
-            self._spec = takes.element_spec(element).key
+            self._spec = takes.checked_key(takes.element_key(element))
         return self._spec
 
     def get_next(self):
@@ -233,7 +239,7 @@ class _Dataset:
                 self._pending = (first, it)
             else:
                 it.close()
-            self._first_read = (None if first is None else (spec_of(first), takes.element_spec(first).key),)
+            self._first_read = (None if first is None else (spec_of(first), takes.element_key(first)),)
         return self._first_read[0]
 
     @property
@@ -248,7 +254,7 @@ class _Dataset:
     def _spec_key(self) -> Any:
         """What a compiled function's cache key holds for this dataset: its element spec."""
         first = self._first()
-        return None if first is None else first[1]
+        return None if first is None else takes.checked_key(first[1])
 
 
 class DistributedDataset(_Dataset):

@@ -2,10 +2,9 @@
 replica's real row count, passed to the compiled program as a hidden input (see
 `trace.distributed_values.PerReplicaBatch`). While a program is traced the count is visible
 through `strategax._context.batch()`; the helpers here use it to tell per-example values
-(`is_per_example`), to refuse what would mix padded rows into a result (`check_not_padded`)
-and to mask rows in the user's code (`sx.nn.batch_mask`). The `mask-padding` pass
-(`passes/mask_padding.py`) keeps padded rows out of everything the program combines; the
-eager `reduce`/`gather` trim them from what they hand back (`distribute/cross_replica.py`).
+(`is_per_example`: its local results can only be returned) and to mask rows in the user's
+code (`sx.nn.batch_mask`). The `mask-padding` pass (`passes/mask_padding.py`) keeps padded
+rows out of everything the program combines, and the call cuts them from what it hands back.
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
-from ..errors import DistributionValueError
 
 
 def batch_mask(x) -> jax.Array:
@@ -30,16 +28,6 @@ def is_per_example(local) -> bool:
     taken inside the program, which may be partial)."""
     count, rows = _context.batch()
     return count is not None and jnp.ndim(local) > 0 and jnp.shape(local)[0] == rows
-
-
-def check_not_padded(local, api: str, fix: str) -> None:
-    """Raise where `api` would mix a partial batch's padded rows into its result."""
-    if is_per_example(local):
-        raise DistributionValueError(
-            f"{api} of per-example values of an input batch inside a compiled function: the program "
-            "also serves partial batches, whose replicas hold different numbers of real rows, so the "
-            "result has no static shape (TensorFlow raises for differing shapes too) and would "
-            "include padded rows", fix)
 
 
 def mask_rows(x, mask):

@@ -353,9 +353,9 @@ ENTRIES: dict[str, Callable[[Operation], "AxisRule | None"]] = {
        for name in ("jax.reduce_window", "jax.reduce_window_sum", "jax.reduce_window_max",
                     "jax.reduce_window_min", "jax.select_and_gather_add")},
     "sx.rows": _identity, "sx.mask_rows": _identity,
-    "sx.row_ones": lambda op: AxisRule(same=[((op.operands[0], 0), (op.result, 0))]),  # one per row
+    "sx.row_ones": lambda op: AxisRule(same=[((op.operands[0], op.attrs.get("axis", 0)), (op.result, 0))]),
     "jax.optimization_barrier": _identity,
-    "sx.constant": _nothing, "jax.iota": _nothing, "sx.all_gather": _nothing,
+    "sx.constant": _nothing, "jax.iota": _nothing, "sx.all_gather": _nothing, "sx.all_gather_real": _nothing,
     "jax.broadcast_in_dim": _unary(lambda x, r, a: AxisRule(same=[
         ((x, i), (r, j)) for i, j in enumerate(a["broadcast_dimensions"]) if _shape(x)[i] == _shape(r)[j]])),
     "jax.reshape": lambda op: _reshape(op.operands[0], op.result) if op.attrs.get("dimensions") is None else None,

@@ -79,6 +79,10 @@ def _reshape(op: Operation, rw: BlockRewriter) -> None:
         rw.set_operands(op, [inner.operands[0]])
 
 
+def _is_sum(op: Operation | None) -> bool:
+    return op is not None and op.name == "jax.reduce_sum"
+
+
 def canonicalize_block(rw: BlockRewriter) -> None:
     """Fold the identities of `rw`'s block."""
     constants: Constants = {}
@@ -86,6 +90,8 @@ def canonicalize_block(rw: BlockRewriter) -> None:
         if op.name == "sx.constant":
             constants[op.result] = op.attrs["value"]
         rule = RULES.get(op.name)
+        if op.name == "jax.div" and _is_sum(rw.producer(op.operands[0])):
+            continue  # sum / 1 is a mean of one element: mask-padding may make the 1 a real count of 0
         same = rule(op, constants) if rule is not None and len(op.results) == 1 and not op.regions else None
         if same is not None:
             rw.replace(op, [same])

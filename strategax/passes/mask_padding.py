@@ -1,25 +1,36 @@
-"""mask-padding: padded rows of a partial batch never count.
+"""mask-padding: padded rows of a partial batch (and padded entries of values whose shapes
+differ across replicas) never count.
 
 A padded input batch arrives marked `sx.rows %x, %count` (axis 0 is its row axis, the first
-`count` rows are real). The pass:
+`count` rows are real); a value whose shape differs across replicas is padded to the largest
+extent along each differing axis k and marked `sx.rows %x, %extent {axis = k, extent}`. Every
+marked axis is a "row axis" below: the analysis is the same for all. The pass:
 
-1. finds every axis that is that row axis (`axis_rules.rule` says how each op moves axes; axis
+1. finds every axis that is a row axis (`axis_rules.rule` says how each op moves axes; axis
    identities are unified in both directions, so the backward pass jax.grad emitted is covered
    as well as the forward one; through `cond`/`while`/`scan` the operands, region arguments,
    region results and loop carries are unified as `control_flow.region_flows` pairs them, which
    makes the carries' row axes a fixpoint over the body);
-2. masks each op that combines rows: every operand axis it combines that is a row axis is
+2. makes an `sx.all_gather` along a row axis an `sx.all_gather_real`: the replicas' real
+   entries concatenated (as TensorFlow concatenates values of different lengths), padded after
+   them, with their total as the new count (the same on every replica); then follows again;
+3. masks each op that combines rows: every operand axis it combines that is a row axis is
    passed through `sx.mask_rows` (a select against the op's identity, with the reason
    `padded rows`) first;
-3. makes means count real rows: a row sum divided by the number of elements it added (what
+4. makes means count real rows: a row sum divided by the number of elements it added (what
    `jnp.mean`, `jnp.var`... lower to), and that division's transpose (a cotangent divided by
    that number, then broadcast along the rows), divide by the real count instead;
-4. where a row axis reaches an op it cannot follow, records the gap (op, user's line, fix) in
+5. where a row axis reaches an op it cannot follow, records the gap (op, user's line, fix) in
    the module attribute `padding_gaps` instead of masking: a full batch has no padded rows and
-   runs; a call that brings a partial batch raises the gap's error (`padding_gap_error`);
-5. records which results of the entry function are per-example (row axis first) in the module
-   attribute `per_example_results`, so exactly those are trimmed to the real rows;
-6. drops the marks.
+   runs; a call that brings padding raises the gap's error (`padding_gap_error`). A collective
+   that combines padded entries with the other replicas' (an all_reduce of rows, an all_gather
+   along another axis) is right while every replica has the same real count: its gap raises
+   only for a call whose counts differ (TensorFlow raises there too);
+6. records how results of the entry function are trimmed after the program runs:
+   `per_example_results`, those whose rows are an input batch's (row axis first), and
+   `padded_results`, every result with a row axis, as (result, axis, "arg" or "out", index)
+   entries: the count is that argument, or a result the pass appends to the function;
+7. drops the marks.
 Inside a region the real row count is threaded in as a new region constant (`add_const`).
 
 A `jnp.where(sx.nn.batch_mask(x), x, fill)` written by the user already says what padded rows
@@ -35,7 +46,7 @@ import numpy as np
 
 from ..dialects.control_flow import add_const, region_flows, scanned_axes
 from ..errors import DistributionValueError
-from ..ir import Block, Locality, Module, Operation, TensorType, Value
+from ..ir import Block, Func, Locality, Module, Operation, TensorType, Value
 from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
 from .axis_rules import rule
 
@@ -46,26 +57,41 @@ _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batc
 _SHAPE_OPS = ("jax.broadcast_in_dim", "jax.reshape", "jax.convert_element_type", "jax.squeeze")
 
 
-GAPS = "padding_gaps"  # module attribute: ((file, line, message, fix), ...)
+GAPS = "padding_gaps"  # module attribute: ((file, line, message, fix, when), ...)
+# when a gap raises: a call with any padded row, or only one whose real counts differ across replicas
+PADDED, UNEVEN = "padded", "uneven"
+PADDED_RESULTS = "padded_results"  # module attribute: ((result, axis, "arg" | "out", index), ...)
 
 
-def _where(op: Operation) -> tuple[str, int]:
-    return (op.loc.file, op.loc.line) if op.loc is not None else ("<unknown>", 0)
+def _where(op: Operation | None) -> tuple[str, int]:
+    return (op.loc.file, op.loc.line) if op is not None and op.loc is not None else ("<unknown>", 0)
 
 
 class _Gaps(list):
     """The places the analysis cannot follow the rows, as `padding_gaps` entries."""
 
-    def add(self, op: Operation, message: str, fix: str = _FIX) -> None:
-        entry = (*_where(op), message, fix)
+    def add(self, op: Operation | None, message: str, fix: str = _FIX, when: str = PADDED) -> None:
+        entry = (*_where(op), message, fix, when)
         if entry not in self:
             self.append(entry)
 
 
-def padding_gap_error(gaps: tuple) -> DistributionValueError:
-    """The error a call with a partial batch raises for a program with `padding_gaps`."""
-    file, line, message, fix = gaps[0]
+def gaps_raised(gaps: tuple, padded: bool, uneven: bool) -> tuple:
+    """The gaps a call meets: those of any padding where it brings padded rows, the others only
+    where its real counts differ across replicas."""
+    return tuple(g for g in gaps if uneven or (padded and g[4] == PADDED))
+
+
+def padding_gap_error(gaps: tuple, extents: bool = False) -> DistributionValueError:
+    """The error a call with a partial batch (`extents`: with values whose shapes differ across
+    replicas) raises for the `padding_gaps` it meets."""
+    file, line, message, fix, _ = gaps[0]
     more = f" (and {len(gaps) - 1} more place(s) the analysis cannot follow)" if len(gaps) > 1 else ""
+    if extents:
+        return DistributionValueError(
+            f"this call's per-replica values differ in shape across replicas (each is padded to the largest "
+            f"extent), and {message}{more}; padded entries would count", fix + "; or give every replica "
+            "values of one shape", location=(file, line))
     return DistributionValueError(
         f"this call's batch is partial (some replicas hold padded rows), and {message}{more}; "
         "full batches run, a partial one would let padded rows count", fix + "; or drop the partial "
@@ -87,10 +113,16 @@ class _Rows:
             self.parent[k], k = root, self.parent.get(k, k)
         return root
 
-    def union(self, a, b) -> None:
+    def union(self, a, b) -> bool:
+        """Make `a` and `b` one axis; False when both were row axes of different counts."""
         ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[ra] = rb
+        if ra == rb:
+            return True
+        self.parent[ra] = rb
+        ca, cb = self.count.pop(ra, None), self.count.get(rb)
+        if ca is not None and cb is None:
+            self.count[rb] = ca
+        return ca is None or cb is None or ca is cb
 
     def of(self, v: Value, axis: int) -> Value | None:
         """The row count of `v`'s axis `axis` if it is a row axis, else None."""
@@ -165,6 +197,8 @@ class _Block:
                         self.gaps.add(op, f"{op.name} steps along the rows of a partial batch (axis {i} "
                                           f"of {v.type}), one row per iteration")
                 continue
+            if op.name in ("sx.all_gather", "sx.all_reduce"):
+                self.collective(op)
             r = rule(op)
             if r is None:
                 if any(self.rows.axes(x) for x in op.operands):
@@ -181,6 +215,24 @@ class _Block:
         self.rw = BlockRewriter(self.block)
         self.means()
         return self.rw.commit() or changed
+
+    def collective(self, op: Operation) -> None:
+        """An all_gather along another axis than a row axis (one along it is made an
+        all_gather_real), or an all_reduce of rows, combines the replicas' padded entries with
+        real ones unless every replica has the same real count: a gap where the counts differ."""
+        x = op.operands[0]
+        for i in self.rows.axes(x):
+            count = self.rows.of(x, i)
+            if count is not None and count.type.locality is Locality.MIRRORED:
+                continue  # the same real count on every replica: padded entries meet padded entries
+            what = (f"gathers along axis {op.attrs.get('axis')} values padded along axis {i} ({x.type}): the "
+                    "replicas' pieces do not line up" if op.name == "sx.all_gather" else
+                    f"combines the replicas' values ({x.type}) entry by entry along axis {i}, whose real "
+                    "extent differs across replicas")
+            self.gaps.add(op, f"{op.name} {what} (TensorFlow raises too)",
+                          "combine along the padded axis (all_gather / strategy.gather along it, "
+                          "strategy.reduce over it), or reduce each replica's value to one shape first",
+                          when=UNEVEN)
 
     def mask(self, op: Operation, r) -> None:
         for k, axis, fill in r.combines:
@@ -305,14 +357,99 @@ class _Counts:
         return self.carried[(block, count)]
 
 
-def _per_example_results(func_body: Block, rows: _Rows) -> tuple[int, ...]:
-    args = set(func_body.args)
-    out = []
-    for i, v in enumerate(func_body.results):
+def _follow(every: list[Block], marks: list[Operation], gaps: _Gaps) -> _Rows:
+    """Every (value, axis) that is a marked row axis, with its count (step 1)."""
+    rows = _Rows()
+    producer = {r: op for b in every for op in b.ops for r in op.results}
+    counts = {op.operands[1] for op in marks}
+    for op in marks:
+        rows.count[rows.find((op.result, op.attrs.get("axis", 0)))] = op.operands[1]
+
+    def union(op: Operation, a, b) -> None:
+        if not rows.union(a, b):
+            gaps.add(op, "values of two padded batches (whose real row counts may differ) are combined row "
+                     f"by row by {op.name} (or values whose shapes differ differently across replicas)",
+                     "combine batches of the same dataset element, or values of one shape on each replica")
+    for b in every:
+        for op in b.ops:
+            if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
+                continue  # the user's own mask says what padded rows hold
+            if op.regions:
+                results = set(op.results)
+                for src, dst, shift in region_flows(op):
+                    # a scan's ys flow from the region out: the region side is the source
+                    outer, inner = (dst, src) if dst in results else (src, dst)
+                    for k in range(len(inner.type.shape)):
+                        union(op, (outer, k + shift), (inner, k))
+                continue
+            if op.name in ("sx.all_gather", "sx.all_gather_real"):
+                # the axes it does not gather are the operand's (for rows only: the shared table
+                # has none, propagate-sharding follows no sharding through a collective)
+                x, axis = op.operands[0], op.attrs["axis"]
+                for i in range(len(x.type.shape)):
+                    if i != axis:
+                        union(op, (x, i), (op.results[0], i))
+                continue
+            r = rule(op)
+            for (x, i), (y, j) in (r.same if r is not None else ()):
+                union(op, (x, i), (y, j))
+    return rows
+
+
+def _gather_real(every: list[Block], rows: _Rows, num_replicas: int) -> bool:
+    """Make each sx.all_gather along a row axis an sx.all_gather_real whose result is marked
+    with the gathered real count (step 2); whether any was made."""
+    threads, made = _Counts(every), False
+    for b in every:
+        rw = BlockRewriter(b)
+        for op in rw.ops():
+            if op.name != "sx.all_gather":
+                continue
+            x, axis = op.operands[0], op.attrs["axis"]
+            count = rows.of(x, axis)
+            count = None if count is None else threads.visible(b, count)
+            if count is None:
+                continue
+            real = Value(op.result.type.with_locality(Locality.MIRRORED))
+            total = Value(TensorType((), count.type.dtype, Locality.MIRRORED))
+            marked = Value(real.type)
+            n = op.attrs.get("num_replicas", num_replicas)
+            rw.replace(op, [marked])
+            rw.insert_before(op, [
+                Operation("sx.all_gather_real", [x, count], [real, total],
+                          {"axis": axis, "num_replicas": n, "reason": op.attrs["reason"]}, loc=op.loc),
+                Operation("sx.rows", [real, total], [marked], {"axis": axis} if axis else {}, loc=op.loc)])
+            made = True
+        rw.commit()
+    return made
+
+
+def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: _Gaps,
+           producer: dict) -> tuple[tuple[int, ...], tuple]:
+    """(per_example_results, padded_results) of `func` (step 6); appends the counts that are
+    not arguments to its results."""
+    body = func.body
+    args = {a: i for i, a in enumerate(body.args)}
+    per_example, padded, out = [], [], {}
+    for i, v in enumerate(list(body.results)):
         axes = rows.axes(v)
-        if axes and axes[0] == 0 and rows.of(v, 0) in args:
-            out.append(i)
-    return tuple(out)
+        if axes == [0] and rows.of(v, 0) in batch_counts and rows.of(v, 0) in args:
+            per_example.append(i)  # also in `padded`: a result that is not per-replica is cut by it
+        for axis in axes:
+            count = rows.of(v, axis)
+            assert count is not None  # `axes` are the axes that have one
+            if count in args:
+                padded.append((i, axis, "arg", args[count]))
+            elif home.get(count) is body:
+                if count not in out:
+                    out[count] = len(body.results)
+                    body.results.append(count)
+                padded.append((i, axis, "out", out[count]))
+            else:
+                gaps.add(producer.get(v) or producer.get(count), f"a result ({v.type}) carries padded entries along "
+                         f"axis {axis} whose real count is made inside a loop or branch, so they cannot be trimmed",
+                         "return values whose padded axis comes from the function's inputs")
+    return tuple(per_example), tuple(padded)
 
 
 def _drop_marks(rw: BlockRewriter) -> None:
@@ -323,55 +460,34 @@ def _drop_marks(rw: BlockRewriter) -> None:
 
 @dataclass(frozen=True)
 class MaskPadding:
-    """Follow the padded row axis from `sx.rows`; mask every op that combines rows."""
+    """Follow the padded row axes from `sx.rows`; mask every op that combines rows."""
 
     name: ClassVar[str] = "mask-padding"
     requires: ClassVar[tuple[str, ...]] = ()
 
     def apply(self, module: Module) -> bool:
         every = all_blocks(module)
-        marks = [op for b in every for op in b.ops if op.name == "sx.rows"]
-        if not marks:
+        if not any(op.name == "sx.rows" for b in every for op in b.ops):
             return False
-        rows, gaps = _Rows(), _Gaps()
+        batch_counts = {op.operands[1] for b in every for op in b.ops
+                        if op.name == "sx.rows" and not op.attrs.get("extent")}
+        while True:
+            gaps = _Gaps()
+            marks = [op for b in every for op in b.ops if op.name == "sx.rows"]
+            rows = _follow(every, marks, gaps)
+            if not _gather_real(every, rows, module.attrs.get("num_replicas", 1)):
+                break
+            every = all_blocks(module)
         producer = {r: op for b in every for op in b.ops for r in op.results}
-        counts = {op.operands[1] for op in marks}
-        for b in every:
-            for op in b.ops:
-                if op.name == "jax.select_n" and _is_row_mask(op.operands[0], producer, counts):
-                    continue  # the user's own mask says what padded rows hold
-                if op.regions:
-                    results = set(op.results)
-                    for src, dst, shift in region_flows(op):
-                        # a scan's ys flow from the region out: the region side is the source
-                        outer, inner = (dst, src) if dst in results else (src, dst)
-                        for k in range(len(inner.type.shape)):
-                            rows.union((outer, k + shift), (inner, k))
-                    continue
-                r = rule(op)
-                for (x, i), (y, j) in (r.same if r is not None else ()):
-                    rows.union((x, i), (y, j))
-        for op in marks:
-            root = rows.find((op.result, 0))
-            if rows.count.get(root, op.operands[1]) is not op.operands[1]:
-                gaps.add(op, "values of two padded batches (whose real row counts may differ) are "
-                         "combined row by row", "combine batches of the same dataset element")
-                continue
-            rows.count[root] = op.operands[1]
-        results = {}
-        for f in module.funcs:
-            results[f.name] = _per_example_results(f.body, rows)
-            bad = [v for v in f.body.results if rows.axes(v) and rows.axes(v)[0] != 0]
-            if bad:
-                gaps.add(producer.get(bad[0], marks[0]), f"a result ({bad[0].type}) carries the rows of a "
-                         "partial batch on an axis other than its first, so its padded rows cannot be "
-                         "trimmed", "return per-example values with the row axis first")
         threads = _Counts(every)
+        per_example, padded = _trims(module.main, rows, batch_counts, threads.home, gaps, producer)
         for b in every:
             _Block(b, rows, threads, gaps).run()
         rewrite_blocks(module, _drop_marks)
-        if results.get(module.main.name):
-            module.attrs["per_example_results"] = results[module.main.name]
+        if per_example:
+            module.attrs["per_example_results"] = per_example
+        if padded:
+            module.attrs[PADDED_RESULTS] = padded
         if gaps:
             module.attrs[GAPS] = tuple(gaps)
         return True

@@ -310,7 +310,8 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
 
 
 def _differing_components_error(kind: str, comps, shapes) -> DistributionValueError:
-    """The error for components of different shapes in a compiled function, naming the axes."""
+    """The error for components of different ranks or dtypes, or of a Mirrored value of
+    different shapes (a PerReplica's may differ: trace/extents.py pads them), naming the axes."""
     dims = {np.ndim(c) for c in comps}
     if len({d for _, d in shapes}) > 1 or len(dims) > 1:
         return DistributionValueError(
@@ -319,10 +320,6 @@ def _differing_components_error(kind: str, comps, shapes) -> DistributionValueEr
     axes = [k for k in range(dims.pop()) if len({np.shape(c)[k] for c in comps}) > 1]
     return DistributionValueError(
         f"the components of this {kind} differ in shape along axis {', '.join(map(str, axes))} "
-        f"({[tuple(np.shape(c)) for c in comps]}), and a compiled function takes per-replica values of one "
-        "shape: strategax pads only an input batch's rows (axis 0 of a distributed dataset's batches), "
-        "not a PerReplica built by hand nor any other axis",
-        "outside the compiled function, strategy.gather(v, axis=k), strategy.reduce(op, v, axis=k) and "
-        "experimental_local_results combine such values as TensorFlow does (and eager strategy.run pads "
-        "components that differ along axis 0 only); to compute on them inside, pad them to one shape "
-        "(jnp.pad) and pass the real extents as another per-replica argument")
+        f"({[tuple(np.shape(c)) for c in comps]}): a {kind} holds one value on every replica",
+        "pass values whose shapes differ across replicas as a PerReplica "
+        "(strategy.experimental_distribute_values_from_function)")

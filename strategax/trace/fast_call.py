@@ -56,6 +56,8 @@ class FastCall:
             return None  # distributed values regrouped from pytrees, keyword arguments
         if any(kind not in _OUTPUT_KINDS for kind, _ in compiled.out_plan):
             return None
+        if any(compiled.cut(kind, index) for kind, index in compiled.out_plan):
+            return None  # cut to real extents read from the call's counts (`_Compiled._cut`)
         layouts = dict(zip(compiled.dynamic, compiled.in_layouts))
         checks, batch_at = [], None
         for i, (x, kind) in enumerate(zip(leaves, sig.kinds)):

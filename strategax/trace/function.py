@@ -18,15 +18,17 @@ from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
-from ..ir import Module
+from ..ir import Module, TensorType
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
-from ..passes.mask_padding import GAPS, padding_gap_error
+from ..backends.layout import ReplicaLayout
+from ..passes.mask_padding import GAPS, PADDED_RESULTS, gaps_raised, padding_gap_error
 from . import dump, retracing
 from .batches import per_example
 from .batches.takes import InputPlan
 from .cache import cache_size
 from .dump import check_platforms
+from .extents import trim
 from .distributed_values import DistributedValues, Form, Mirrored, PerReplica, PerReplicaBatch, is_distributed
 from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
@@ -72,15 +74,24 @@ class _Compiled:
         self.variables = list(variables)
         self.memory: MemoryStats | None = None  # once asked for (it needs XLA's compilation)
         self.gaps = self.module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
+        self.padded: dict[int, list] = {}  # result -> [(axis, "arg" | "out", index)]: its real extents
+        for result, axis, source, index in self.module.attrs.get(PADDED_RESULTS, ()):
+            self.padded.setdefault(result, []).append((axis, source, index))
 
-    def partial(self, sig: Signature) -> bool:
-        """Whether this call brings a partial batch (an argument, or one taken from an iterator)."""
+    def check_gaps(self, sig: Signature) -> None:
+        """Raise the error of the first gap this call meets: one where rows are not followed,
+        for a call with a partial batch (an argument, or one taken from an iterator) or with
+        values padded to one shape."""
         batches = [sig.batch] if sig.batch is not None else []
         if self.inputs is not None and sig.inputs is not None:
             for _, element in self.inputs.taken(sig):
                 batches += [x for x in jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
                             if isinstance(x, PerReplicaBatch)]
-        return any(min(b._counts) < b._rows for b in batches)
+        padded = bool(sig.extents) or any(min(b._counts) < b._rows for b in batches)
+        uneven = bool(sig.extents) or any(len(set(b._counts)) > 1 for b in batches)
+        met = gaps_raised(self.gaps, padded, uneven)
+        if met:
+            raise padding_gap_error(met, extents=bool(sig.extents))
 
     def global_args(self, sig: Signature) -> list:
         out = []
@@ -113,7 +124,7 @@ class _Compiled:
             sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
         return sig.inputs
 
-    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature):
+    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature, args: list):
         """A per-example output with the padded rows of its batch dropped (per_example.py):
         `entry` is (output, source) for TAKEN, (output, replica, source) for LOCAL."""
         index, source = entry[0], entry[-1]
@@ -122,13 +133,42 @@ class _Compiled:
             batch = sig.batch
         else:
             batch = None if source is None else per_example.batch_of((sig.site_elements or [])[source])
-        value = PerReplica._from_global(array, layout) if batch is None else per_example.trimmed(array, layout, batch)
+        if batch is not None:
+            value = per_example.trimmed(array, layout, batch)
+        elif index in self.padded:
+            value = self._cut(PER_REPLICA, index, outs, args)
+        else:
+            value = PerReplica._from_global(array, layout)
         return value if kind == per_example.TAKEN else value.values[entry[1]]
+
+    def cut(self, kind: str, index: int) -> bool:
+        """Whether output `index` is cut to its real extents after the run (`_cut`): every padded
+        one but a per-replica batch's rows, which PerReplicaBatch keeps lazily."""
+        return index in self.padded and not (kind == PER_EXAMPLE and self.executable.out_layouts[index].per_replica)
+
+    def _cut(self, kind: str, index: int, outs, args):
+        """Output `index` cut to its real extents (mask-padding's `padded_results`): each replica's
+        component of a per-replica output, the one value of a replicated one."""
+        array, layout = outs[index], self.executable.out_layouts[index]
+        n = layout.num_replicas
+        cuts: list[dict[int, int]] = [{} for _ in range(n)]
+        for axis, source, at in self.padded[index]:
+            counts = np.asarray(args[at] if source == "arg" else outs[at]).reshape(-1)
+            for r, c in enumerate(np.broadcast_to(counts, (n,))):
+                cuts[r][axis] = int(c)
+        if layout.per_replica:
+            return PerReplica([trim(c, cut) for c, cut in zip(PerReplica._from_global(array, layout).values, cuts)])
+        assert all(cut == cuts[0] for cut in cuts), "mask-padding: a replicated output with differing extents"
+        array = trim(array, cuts[0])
+        if kind not in (PER_REPLICA, MIRRORED) or n == 1:
+            return array
+        return Mirrored._from_global(array, ReplicaLayout(layout.mesh, TensorType(array.shape, layout.type.dtype,
+                                                                         layout.type.locality)))
 
     def __call__(self, sig: Signature):
         args = self.global_args(sig)
-        if self.gaps and self.partial(sig):
-            raise padding_gap_error(self.gaps)
+        if self.gaps:
+            self.check_gaps(sig)
         outs = self.strategy._execute(self.executable, args)
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
@@ -143,9 +183,12 @@ class _Compiled:
                 leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
                 continue
             if kind in (per_example.TAKEN, per_example.LOCAL):
-                leaves.append(self._trimmed(kind, index, outs, sig))
+                leaves.append(self._trimmed(kind, index, outs, sig, args))
                 continue
             array, layout = outs[index], self.executable.out_layouts[index]
+            if self.cut(kind, index):
+                leaves.append(self._cut(PER_REPLICA if kind == PER_EXAMPLE else kind, index, outs, args))
+                continue
             if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
                 leaves.append(array)
             elif layout.per_replica:
@@ -285,17 +328,22 @@ class StrategyFunction:
         def flat_fn(*values):
             nonlocal out_treedef, out_plan
             leaves = list(sig.leaves)
+            extents = {e.leaf: [] for e in sig.extents}  # leaf -> [(axis, its traced real extent)]
+            for e in sig.extents:
+                extents[e.leaf].append((e.axis, values[dynamic.index(e.count)]))
             for i, v in zip(dynamic, values):
                 kind = sig.kinds[i]
                 if kind == ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
                     v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
                 if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
                     v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
+                for axis, count in extents.get(i, ()):  # padded to one shape: likewise each padded axis
+                    v = mark_rows(v, count, axis, extent=True)
                 leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
                              Mirrored._traced(v) if kind == MIRRORED else v)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
-            with _context.tracing(strategy, session, (count, rows), inputs):
+            with _context.tracing(strategy, session, (count, rows), inputs, extents=bool(sig.extents)):
                 result = self._fn(*args, **kwargs)
             out_leaves, out_treedef = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
             plan, arrays = [], []
@@ -365,7 +413,7 @@ class StrategyFunction:
         """A trace with Python numbers as values failed: when it traces with them as constants,
         the function needs them concrete, and the error says so (else `err` stands)."""
         static = Signature(sig.key, sig.treedef, [STATIC if k == SCALAR else k for k in sig.kinds],
-                           sig.leaves, sig.batch, sig.inputs, sig.host)
+                           sig.leaves, sig.batch, sig.inputs, sig.host, extents=sig.extents)
         try:
             self._trace(static)
         except Exception:  # noqa: BLE001 - the function fails either way: the original error stands

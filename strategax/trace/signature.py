@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
+from .extents import Extents, differing_axes, padded
 from .keys import is_key, physical_aval
 from .distributed_values import (DistributedValues, Form, PerReplica, PerReplicaBatch, check_components,
                                  components_identical, is_distributed, regroup)
@@ -32,6 +33,7 @@ SCALAR = "W"
 SCALAR_TYPES = (int, float, complex)  # exact types: bools and enums stay static (few values,
 # and they pick Python branches)
 PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
+EXTENTS = "X"  # key entry of a distributed value whose components differ in shape (its padded axes)
 KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
@@ -45,6 +47,7 @@ class Signature:
     inputs: list | None = None  # the batches this call took from its iterator arguments (trace.batches.takes)
     host: Any = None  # trace.streams.Streams: this call's iterators and passes over datasets
     site_elements: list | None = None  # the element each single `next()` of the call took
+    extents: tuple[Extents, ...] = ()  # per-replica values padded to one shape, and their real extents
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
@@ -203,7 +206,7 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
     `trace_scalars` makes Python ints, floats and complexes traced inputs (reduce_retracing);
     `fn` (the user's function) names the arguments in errors."""
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs), is_leaf=is_distributed)
-    kinds, key, batch = [], [treedef], None
+    kinds, key, batch, extents = [], [treedef], None, []
     for index, x in enumerate(leaves):
         bad = None if isinstance(x, jax.Array) else _bad_value(x)
         if bad is not None:
@@ -226,8 +229,13 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             if not x.form.has_global and _needs_regroup(x):
                 args, kwargs = _expand((args, kwargs))
                 return signature(args, kwargs, num_replicas, num_local, trace_scalars, fn)
+            axes = differing_axes(x)
+            if axes:  # components of different shapes: padded to one, the extents ride along
+                x, counts = padded(x, axes, num_replicas if num_local is None else num_local, num_replicas)
+                leaves[index] = x
+                extents += [(index, axis, c) for axis, c in zip(axes, counts)]
             kind, k = _distributed_key(x, num_replicas, num_local)
-            key.append(k)
+            key.append(k + ((EXTENTS, axes),) if axes else k)
             if isinstance(x, PerReplicaBatch):
                 if batch is None:
                     batch = x
@@ -259,11 +267,23 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             kind = STATIC
             key.append((kind, type(x), x))
         kinds.append(kind)
+    marks, shared = [], {}
+    for index, axis, count in extents:  # hidden inputs: each padded axis's real extents, one per
+        # distinct list of extents (values that agree on every replica share it, so the program
+        # may combine them entry by entry; which share is part of the key)
+        values = tuple(int(c) for c in count.values)
+        if values not in shared:
+            shared[values] = len(leaves)
+            leaves.append(count)
+            kinds.append(PER_REPLICA)
+        marks.append(Extents(index, axis, shared[values]))
+    if marks:
+        key.append((EXTENTS, tuple((m.leaf, m.axis, m.count) for m in marks)))
     if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
         leaves = [*leaves, batch._count_value]
         kinds.append(PER_REPLICA)
         key.append(("rows", batch._rows))
-    return Signature(tuple(key), treedef, kinds, leaves, batch)
+    return Signature(tuple(key), treedef, kinds, leaves, batch, extents=tuple(marks))
 
 
 # --- input_signature: tf.function's, checked on every call ------------------------------

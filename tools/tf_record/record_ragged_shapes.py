@@ -5,8 +5,7 @@ along an axis; experimental_local_results; widths [2, 3, 1] on 3 replicas (the f
 the widest); a dataset whose second element is wider, distributed with
 distribute_datasets_from_function (replica 1 gets the wider one).
 
-Every case runs in its own process, in one mode (`eager`, and `tf_function` for a few: TensorFlow
-gives the same there): TensorFlow's
+Every case runs in its own process, in one mode (`eager` or `tf_function`): TensorFlow's
 collective instances clash when several of these run in one process (semantics.json's `ragged`
 scenario recorded such clashes as errors). Writes tests/data/tf/ragged_shapes.json via
 run_all.sh (``python record_ragged_shapes.py --scenario NAME``).
@@ -87,14 +86,12 @@ def _register(value, case, mode, devices):
 _CASE_NAMES = ["local_results", "gather_axis0", "gather_axis1", "gather_nested_axis1", "gather_nested_axis0",
                "all_gather_axis0", "all_gather_axis1", "all_gather_nested_axis0", "all_gather_nested_axis1",
                "reduce_sum_axis0", "reduce_sum_axis1", "reduce_mean_axis1", "run_times2"]
-for _case in _CASE_NAMES:
-    _register("row", _case, "eager", (2,))
-    _register("col", _case, "eager", (2,))
-for _case in ("gather_axis1", "all_gather_axis1", "reduce_sum_axis1", "local_results"):
-    _register("widths", _case, "eager", (3,))
-for _value, _case in (("row", "gather_axis1"), ("row", "all_gather_axis1"), ("row", "all_gather_nested_axis1"),
-                      ("col", "all_gather_axis0")):  # tf.function agrees with eager mode: a few of them
-    _register(_value, _case, "tf_function", (2,))
+for _mode in ("eager", "tf_function"):
+    for _case in _CASE_NAMES:
+        _register("row", _case, _mode, (2,))
+        _register("col", _case, _mode, (2,))
+    for _case in ("gather_axis1", "all_gather_axis1", "reduce_sum_axis1", "local_results"):
+        _register("widths", _case, _mode, (3,))
 
 
 def _dataset_step(tf, st, what):
@@ -140,11 +137,10 @@ def _register_dataset(what, mode):
     scenario("dataset_wider_%s_%s" % (what, mode), devices=(2,))(run)
 
 
-for _what in ("local_results", "gather_axis1", "gather_axis0", "reduce_sum_axis1", "all_gather_axis1",
-              "run_times2"):
-    _register_dataset(_what, "eager")
-for _what in ("gather_axis1", "all_gather_axis1"):
-    _register_dataset(_what, "tf_function")
+for _mode in ("eager", "tf_function"):
+    for _what in ("local_results", "gather_axis1", "gather_axis0", "reduce_sum_axis1", "all_gather_axis1",
+                  "run_times2"):
+        _register_dataset(_what, _mode)
 
 
 if __name__ == "__main__":

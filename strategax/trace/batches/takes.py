@@ -65,6 +65,29 @@ class ElementSpec:
         return (self.treedef, tuple((t.shape, t.dtype) for t in self.types), self.rows)
 
 
+DIFFERING = "differing shapes"  # the key of an element whose replicas' values differ in shape
+
+
+def element_key(element: Any) -> Any:
+    """The cache key of `element`'s spec, or DIFFERING (`checked_key` raises for it)."""
+    leaves = jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
+    if any(getattr(x, "_global", None) is None for x in leaves):  # components of different shapes
+        return DIFFERING
+    return element_spec(element).key
+
+
+def checked_key(key: Any) -> Any:
+    """`key` (of `element_key`) for a compiled function that takes such elements inside."""
+    if key == DIFFERING:
+        raise DistributionValueError(
+            "a dataset element whose per-replica values differ in shape across replicas, taken inside a "
+            "compiled function (`next(iterator)` or `for x in dataset` there): its batches are taken on "
+            "the device, in one shape", "iterate outside and pass each element to the function as an "
+            "argument (`for x in dist_dataset: step(x)`: strategax pads such an argument to one shape), "
+            "or give the dataset's elements one shape (padded_batch)")
+    return key
+
+
 def element_spec(element: Any) -> ElementSpec:
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     types = tuple(x._global[1].type.with_locality(Locality.PER_REPLICA) for x in leaves)
