@@ -240,7 +240,8 @@ def test_random_widths_like_numpy(widths, call, compiled):
     x = strategy.experimental_distribute_values_from_function(lambda ctx: comps[ctx.replica_id_in_sync_group])
     body, reference = CALLS[call]
     got = (strategy.function(lambda v: body(strategy, v)) if compiled else (lambda v: body(strategy, v)))(x)
-    want = reference(comps)
+    with np.errstate(invalid="ignore"):  # the mean of an empty replica: 0 / 0, NaN on both sides
+        want = reference(comps)
     if isinstance(got, sx.DistributedValues):
         for g, w in zip(strategy.experimental_local_results(got), want):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
