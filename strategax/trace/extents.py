@@ -29,8 +29,8 @@ class Extents:
 def differing_axes(x: Any) -> tuple[int, ...]:
     """The axes along which the array components of PerReplica `x` differ in size (none when
     they have one shape, or are not all arrays of one rank and dtype: checked elsewhere)."""
-    if not isinstance(x, PerReplica) or x.form is Form.TRACED or not x.form.has_components:
-        return ()
+    if not isinstance(x, PerReplica) or x.form is Form.TRACED or x.form.has_global or not x.form.has_components:
+        return ()  # one global array has one shape
     comps = x._held_components()
     if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps):
         return ()

@@ -232,7 +232,7 @@ def build_report(function, args, kwargs) -> ReportData:
 
 
 def compiled_report(compiled, stages: dict[str, str], phases: dict[str, float], executable) -> ReportData:
-    """The report of a compiled specialization (`function._Compiled`) whose program XLA compiled
+    """The report of a compiled specialization (`compiled._Compiled`) whose program XLA compiled
     as `executable` (its memory analysis fills the memory table)."""
     if compiled.memory is None:
         compiled.memory = memory_stats(executable.memory_analysis(), compiled.executable.in_layouts,

@@ -1,0 +1,190 @@
+"""One traced, optimised and lowered specialisation of a `strategy.function` (`_Compiled`):
+its call (the arguments as global arrays, the batches taken from iterators, the padding gaps a
+call meets) and its outputs read back (per-example rows kept lazily, padded outputs cut to
+their real extents)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..backends import Executable
+from ..backends.layout import ReplicaLayout
+from ..ir import Module, TensorType
+from ..passes.mask_padding import GAPS, PADDED_RESULTS, gaps_raised, padding_gap_error
+from .batches import Streams, per_example
+from .batches.takes import InputPlan
+from .distributed_values import Mirrored, PerReplica, PerReplicaBatch, is_distributed
+from .extents import trim
+from .inspection import MemoryStats
+from .keys import key_data
+from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, Signature
+
+
+@dataclass
+class Traced:
+    """What tracing a call gives: the optimised module and how to read its outputs back."""
+
+    module: Module  # after the pass pipeline
+    out_treedef: Any  # the result's pytree structure
+    out_plan: list  # per output leaf: (kind, where it comes from: an output index or a static value)
+    variables: list  # the variables the program reads or writes (extra inputs and outputs, in order)
+    inputs: InputPlan | None  # the batches taken from iterator arguments (after the other inputs)
+    whole: tuple  # the streams a `for` loop iterates to their end (their counts: in the cache key)
+
+
+class _Compiled:
+    """One traced, optimised and lowered specialisation of a StrategyFunction."""
+
+    def __init__(self, traced: Traced, executable: Executable, sig: Signature, strategy):
+        self.module, self.executable, self.out_treedef = traced.module, executable, traced.out_treedef
+        self.out_plan, self.strategy = traced.out_plan, strategy
+        variables = traced.variables
+        self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        self.num_vars = len(variables)
+        self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
+        self.inputs = traced.inputs  # batches from iterator arguments, after the others
+        self.whole = traced.whole  # the streams a `for` loop iterates to their end (their counts: in the key)
+        self.last_call = 0  # the detector's call number of the latest call (least recently used goes first)
+        # each variable's buffer is an extra (donated) input and output, after the others
+        self.var_slots = [(v._store, lay) for v, lay in
+                          zip(variables, executable.in_layouts[len(self.in_layouts):])]
+        self.fast_builds = 0  # FastCall shortcuts built for this specialization
+        self.variables = list(variables)
+        self.memory: MemoryStats | None = None  # once asked for (it needs XLA's compilation)
+        self.gaps = self.module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
+        self.padded: dict[int, list] = {}  # result -> [(axis, "arg" | "out", index)]: its real extents
+        for result, axis, source, index in self.module.attrs.get(PADDED_RESULTS, ()):
+            self.padded.setdefault(result, []).append((axis, source, index))
+
+    def check_gaps(self, sig: Signature) -> None:
+        """Raise the error of the first gap this call meets: one where rows are not followed,
+        for a call with a partial batch (an argument, or one taken from an iterator) or with
+        values padded to one shape."""
+        batches = [sig.batch] if sig.batch is not None else []
+        if self.inputs is not None and sig.inputs is not None:
+            for _, element in self.inputs.taken(sig):
+                batches += [x for x in jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
+                            if isinstance(x, PerReplicaBatch)]
+        padded = bool(sig.extents) or any(min(b._counts) < b._rows for b in batches)
+        uneven = bool(sig.extents) or any(len(set(b._counts)) > 1 for b in batches)
+        met = gaps_raised(self.gaps, padded, uneven)
+        if met:
+            raise padding_gap_error(met, extents=bool(sig.extents))
+
+    def global_args(self, sig: Signature) -> list:
+        out = []
+        for i, layout in zip(self.dynamic, self.in_layouts):
+            x, kind = sig.leaves[i], sig.kinds[i]
+            if kind == ARRAY:
+                out.append(key_data(x))
+            elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
+                out.append(np.asarray(x, layout.type.dtype))
+            elif x.form.has_global and x._global[1].mesh is layout.mesh:
+                array = x._global[0]
+                if layout.logical_axes is not None and array.sharding != layout.sharding:
+                    array = jax.device_put(array, layout.sharding)  # e.g. a batch split over logical devices
+                out.append(array)
+            elif kind == PER_REPLICA:
+                array = layout.assemble(x._values)
+                x._keep_global(array, layout)
+                out.append(array)
+            else:
+                out.append(x._values[0])
+        if self.inputs is not None:
+            out.extend(self.take_inputs(sig))
+        out.extend(store.argument(layout) for store, layout in self.var_slots)
+        return out
+
+    def take_inputs(self, sig: Signature) -> list:
+        """The batches this call takes from its iterator arguments, taken once per call."""
+        if sig.inputs is None:
+            assert self.inputs is not None, "a signature with iterator arguments has an input plan"
+            sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
+        return sig.inputs
+
+    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature, args: list):
+        """A per-example output with the padded rows of its batch dropped (per_example.py):
+        `entry` is (output, source) for TAKEN, (output, replica, source) for LOCAL."""
+        index, source = entry[0], entry[-1]
+        array, layout = outs[index], self.executable.out_layouts[index]
+        if source == per_example.BATCH:
+            batch = sig.batch
+        else:
+            batch = None if source is None else per_example.batch_of((sig.site_elements or [])[source])
+        if batch is not None:
+            value = per_example.trimmed(array, layout, batch)
+        elif index in self.padded:
+            value = self._cut(PER_REPLICA, index, outs, args)
+        else:
+            value = PerReplica._from_global(array, layout)
+        return value if kind == per_example.TAKEN else value.values[entry[1]]
+
+    def cut(self, kind: str, index: int) -> bool:
+        """Whether output `index` is cut to its real extents after the run (`_cut`): every padded
+        one but a per-replica batch's rows, which PerReplicaBatch keeps lazily."""
+        return index in self.padded and not (kind == PER_EXAMPLE and self.executable.out_layouts[index].per_replica)
+
+    def _cut(self, kind: str, index: int, outs, args):
+        """Output `index` cut to its real extents (mask-padding's `padded_results`): each replica's
+        component of a per-replica output, the one value of a replicated one."""
+        array, layout = outs[index], self.executable.out_layouts[index]
+        n = layout.num_replicas
+        cuts: list[dict[int, int]] = [{} for _ in range(n)]
+        for axis, source, at in self.padded[index]:
+            counts = np.asarray(args[at] if source == "arg" else outs[at]).reshape(-1)
+            for r, c in enumerate(np.broadcast_to(counts, (n,))):
+                cuts[r][axis] = int(c)
+        if layout.per_replica:
+            return PerReplica([trim(c, cut) for c, cut in zip(PerReplica._from_global(array, layout).values, cuts)])
+        assert all(cut == cuts[0] for cut in cuts), "mask-padding: a replicated output with differing extents"
+        array = trim(array, cuts[0])
+        if kind not in (PER_REPLICA, MIRRORED) or n == 1:
+            return array
+        return Mirrored._from_global(array, ReplicaLayout(layout.mesh, TensorType(array.shape, layout.type.dtype,
+                                                                         layout.type.locality)))
+
+    def __call__(self, sig: Signature):
+        args = self.global_args(sig)
+        if self.gaps:
+            self.check_gaps(sig)
+        outs = self.strategy._execute(self.executable, args)
+        if self.num_vars:
+            for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
+                store.set(array)
+        leaves, one = [], self.strategy.num_replicas_in_sync == 1
+        for kind, index in self.out_plan:
+            if kind == STATIC:
+                leaves.append(index)
+                continue
+            if kind == KEY:
+                index, impl = index
+                leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
+                continue
+            if kind in (per_example.TAKEN, per_example.LOCAL):
+                leaves.append(self._trimmed(kind, index, outs, sig, args))
+                continue
+            array, layout = outs[index], self.executable.out_layouts[index]
+            if self.cut(kind, index):
+                leaves.append(self._cut(PER_REPLICA if kind == PER_EXAMPLE else kind, index, outs, args))
+                continue
+            if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
+                leaves.append(array)
+            elif layout.per_replica:
+                leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
+                              else PerReplicaBatch._from_global_batch(
+                                  array, layout, sig.batch._counts, sig.batch._count_value))
+            elif kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
+                leaves.append(Mirrored._from_global(array, layout))
+            else:
+                leaves.append(array)
+        return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+
+def host_streams(sig: Signature) -> Streams:
+    """The host side of the call's input streams (made on first use, shared by trace and call)."""
+    if sig.host is None:
+        sig.host = Streams(sig.leaves)
+    return sig.host
