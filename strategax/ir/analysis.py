@@ -1,7 +1,8 @@
 """What a module communicates: each collective with its bytes, reason and source line.
 
 Bytes moved per replica follow the ring algorithms: an all-reduce of B bytes sends
-2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B. A collective
+2(N-1)/N * B per replica, an all-gather producing B bytes (`sx.all_gather_real` too) and a
+broadcast of B bytes send (N-1)/N * B. A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -65,12 +66,25 @@ class CollectiveStats:
         return self.table()
 
 
+# each replica's piece reaches the others once: (N-1)/N of the bytes (a broadcast, pipelined
+# around the ring, moves as much per replica on average); all-reduces move twice that
+_ONCE_AROUND = ("sx.all_gather", "sx.all_gather_real", "sx.broadcast")
+
+
 def _moved(op_name: str, nbytes: int, n: int) -> int:
     if n <= 1:
         return 0
-    if op_name == "sx.all_gather":
+    if op_name in _ONCE_AROUND:
         return nbytes * (n - 1) // n
     return 2 * nbytes * (n - 1) // n
+
+
+def _payload(op, n: int) -> int:
+    """The bytes a collective carries: its results' (a bucket's, all of them); an
+    `sx.all_gather_real`'s gathered tensor and every replica's count (its total is not sent)."""
+    if op.name == "sx.all_gather_real":
+        return op.results[0].type.nbytes + n * op.results[1].type.nbytes
+    return sum(r.type.nbytes for r in op.results)
 
 
 def collective_stats(module: Module) -> CollectiveStats:
@@ -81,9 +95,9 @@ def collective_stats(module: Module) -> CollectiveStats:
         for op in block.ops:
             if is_collective(op):
                 t = op.results[0].type
-                nbytes = sum(r.type.nbytes for r in op.results)
+                nbytes = _payload(op, n)
                 shape, members = t.shape, ()
-                if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
+                if op.name == "sx.all_reduce_bucket":  # one flat buffer of all its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)

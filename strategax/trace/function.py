@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
+from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal,
+                      internal_stage)
 from ..ir import Module
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -223,18 +224,20 @@ class StrategyFunction:
             used = _innermost_user_frame(err)
             raise int32_error(names[big[0]], sig.leaves[big[0]],
                               ", and it is used as a number" + (f" at {used[0]}:{used[1]}" if used else "")) from None
-        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
-        func = import_jaxpr(closed, types + input_types, "main")
-        attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, funcs=[func])
-        variables = session.variables_of(module)
-        module.vars = session.decls(variables)
-        if snapshots is not None:
-            snapshots["traced"] = ir.print_module(module)
+        with internal_stage("the import of the traced program into the IR"):  # the user's code has run
+            closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+            func = import_jaxpr(closed, types + input_types, "main")
+            attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
+            module = Module(self._name, attrs, funcs=[func])
+            variables = session.variables_of(module)
+            module.vars = session.decls(variables)
+            if snapshots is not None:
+                snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
-        # the results mask-padding found to be per-example come back with each replica's real rows
-        padded = per_example.padded_inputs(sig, dynamic, input_plan)
-        out_plan = per_example.output_plan(module, out_plan, padded, PER_REPLICA, PER_EXAMPLE)
+        with internal_stage("planning the program's outputs"):
+            # the results mask-padding found to be per-example come back with each replica's real rows
+            padded = per_example.padded_inputs(sig, dynamic, input_plan)
+            out_plan = per_example.output_plan(module, out_plan, padded, PER_REPLICA, PER_EXAMPLE)
         return Traced(module, out_treedef, out_plan, variables, input_plan, tuple(inputs.whole))
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:
@@ -274,7 +277,8 @@ class StrategyFunction:
 
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
         traced = self._trace(sig, snapshots, timings)
-        return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
+        with internal_stage("the lowering to JAX"):
+            return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
