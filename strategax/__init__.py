@@ -10,7 +10,7 @@ from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute.parameter_server import ParameterServerLostError
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
-                     OutOfRangeError, StrategaxError)
+                     InternalError, OutOfRangeError, StrategaxError)
 from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions, Optional
 from .trace import (DistributedValues, Mirrored, PerReplica, StrategyFunction, TensorSpec, import_jaxpr,  # noqa: A004
                     profile, range)
@@ -29,6 +29,7 @@ __all__ = [
     "backends", "cluster_resolver", "data", "experimental", "ir", "metrics", "nn", "passes",
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues",
     "DistributionRuntimeError", "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions",
+    "InternalError",
     "Mirrored", "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica",
     "PreemptionCheckpointHandler",
     "Optional", "ParameterServerLostError", "StrategaxError", "StrategyFunction", "TensorSpec",
