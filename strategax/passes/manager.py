@@ -39,7 +39,7 @@ PASSES: dict[str, str] = {
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
     "compress-collectives": "strategax.passes.compress_collectives:CompressCollectives",
-    "fold-double-negation": "strategax.passes.fold_double_negation:FoldDoubleNegation",  # docs' example
+    "fold-double-negation": "strategax.passes.examples.fold_double_negation:FoldDoubleNegation",  # docs' example
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; mask-padding then follows the padded rows through
