@@ -11,7 +11,7 @@ from .distribute.parameter_server import ParameterServerLostError
 from . import keras
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
-                     OutOfRangeError, StrategaxError)
+                     InternalError, OutOfRangeError, StrategaxError)
 from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions, Optional
 from .trace import (DistributedValues, Mirrored, PerReplica, StrategyFunction, TensorSpec, import_jaxpr,  # noqa: A004
                     profile, range)
@@ -30,6 +30,7 @@ __all__ = [
     "backends", "cluster_resolver", "data", "experimental", "ir", "keras", "metrics", "nn", "passes",
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues",
     "DistributionRuntimeError", "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions",
+    "InternalError",
     "Mirrored", "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica",
     "PreemptionCheckpointHandler",
     "Optional", "ParameterServerLostError", "StrategaxError", "StrategyFunction", "TensorSpec",
