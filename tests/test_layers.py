@@ -18,6 +18,7 @@ LAYERS = [
     {"trace", "cluster"},
     {"variables", "input"},
     {"distribute", "checkpoint"},
+    {"keras"},  # the Keras adapter: uses strategies, input, variables and trace; nothing below imports it
     {"nn", "cluster_resolver", "tools", "data", "metrics", "experimental"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]
