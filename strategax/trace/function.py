@@ -13,9 +13,11 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context, ir
+from .._markers import is_variable
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
+from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal,
+                      internal_stage)
 from ..ir import Module, TensorType
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -99,8 +101,8 @@ def _argument_leaves(sig: Signature, dynamic: list[int], values: Sequence) -> li
             v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
         for axis, count in extents.get(i, ()):  # padded to one shape: likewise each padded axis
             v = mark_rows(v, count, axis, extent=True)
-        leaves[i] = (PerReplica._traced(v) if kind is PER_REPLICA else
-                     Mirrored._traced(v) if kind is MIRRORED else v)
+        leaves[i] = (PerReplica.from_tracer(v) if kind is PER_REPLICA else
+                     Mirrored.from_tracer(v) if kind is MIRRORED else v)
     return leaves
 
 
@@ -125,17 +127,17 @@ class _Outputs:
         def add(x) -> int:
             arrays.append(x)
             return len(arrays) - 1
-        if getattr(leaf, "_is_variable", False):
+        if is_variable(leaf):
             return Output(ARRAY, add(jnp.asarray(leaf.read_value())))
         if isinstance(leaf, per_example.LocalResult):  # cut from its value's output after the run
-            local = leaf.value._local
+            local = leaf.value.tracer
             at = next((k for k, a in enumerate(arrays) if a is local), None)
             return LocalOutput(add(local) if at is None else at, leaf.replica)
         if isinstance(leaf, DistributedValues):
             if leaf.form is not Form.TRACED:
                 raise DistributionTypeError("the function returned a distributed value it did not compute",
                                             "return values computed from the function's arguments")
-            return Output(PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, add(leaf._local))
+            return Output(PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, add(leaf.tracer))
         if isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
             return StaticOutput(leaf)
         if is_key(leaf):  # a typed PRNG key out: its data, wrapped again after the call
@@ -214,12 +216,14 @@ class StrategyFunction:
         outputs = _Outputs(f"the strategy.function {self._name}")  # what the trace returns
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
         closed = self._make_jaxpr(self._flat_fn(sig, dynamic, session, inputs, outputs), sig, dynamic, types, inputs)
-        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
-        module, variables = self._module(import_jaxpr(closed, types + input_types, "main"), session,
-                                         snapshots, timings)
-        # the results mask-padding found to be per-example come back with each replica's real rows
-        padded = per_example.padded_inputs(sig, dynamic, input_plan)
-        out_plan = per_example.output_plan(module, outputs.plan, padded)
+        with internal_stage("the import of the traced program into the IR"):  # the user's code has run
+            closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+            func = import_jaxpr(closed, types + input_types, "main")
+        module, variables = self._module(func, session, snapshots, timings)
+        with internal_stage("planning the program's outputs"):
+            # the results mask-padding found to be per-example come back with each replica's real rows
+            padded = per_example.padded_inputs(sig, dynamic, input_plan)
+            out_plan = per_example.output_plan(module, outputs.plan, padded)
         return Traced(module, outputs.treedef, out_plan, variables, input_plan, tuple(inputs.whole))
 
     def _flat_fn(self, sig: Signature, dynamic: list[int], session: VarSession, inputs: TraceInputs,
@@ -230,7 +234,7 @@ class StrategyFunction:
 
         def flat_fn(*values):
             leaves = _argument_leaves(sig, dynamic, values)
-            count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
+            count, rows = (values[-1], sig.batch.padded_rows) if sig.batch is not None else (None, None)
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
             with _context.tracing(strategy, session, (count, rows), inputs, extents=bool(sig.extents)):
                 result = self._fn(*args, **kwargs)
@@ -265,12 +269,13 @@ class StrategyFunction:
                 timings: dict | None) -> tuple[Module, list]:
         """The module around the traced `func`, with its variables, after the pass pipeline."""
         strategy = self._strategy
-        attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, funcs=[func])
-        variables = session.variables_of(module)
-        module.vars = session.decls(variables)
-        if snapshots is not None:
-            snapshots["traced"] = ir.print_module(module)
+        with internal_stage("the import of the traced program into the IR"):
+            attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
+            module = Module(self._name, attrs, funcs=[func])
+            variables = session.variables_of(module)
+            module.vars = session.decls(variables)
+            if snapshots is not None:
+                snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         return module, variables
 
@@ -311,7 +316,8 @@ class StrategyFunction:
 
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
         traced = self._trace(sig, snapshots, timings)
-        return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
+        with internal_stage("the lowering to JAX"):
+            return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,
