@@ -8,6 +8,7 @@ from .cluster import WorkerLostError
 from . import distribute
 from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute.parameter_server import ParameterServerLostError
+from . import keras
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
                      InternalError, OutOfRangeError, StrategaxError)
@@ -26,7 +27,7 @@ _use_renderer(_render_report)
 
 __version__ = "0.1.0"
 __all__ = [
-    "backends", "cluster_resolver", "data", "experimental", "ir", "metrics", "nn", "passes",
+    "backends", "cluster_resolver", "data", "experimental", "ir", "keras", "metrics", "nn", "passes",
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues",
     "DistributionRuntimeError", "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions",
     "InternalError",

@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from ._markers import is_default_strategy
+
 
 @dataclass
 class Entry:
@@ -33,6 +35,7 @@ class _State(threading.local):
 
 _state = _State()
 _default_factory: Callable[[], Any] | None = None
+_scope_hooks: list[Callable[[Any], None]] = []
 
 
 # --- the strategy stack ------------------------------------------------------------------
@@ -54,6 +57,15 @@ def push(strategy, replica_context=None, in_merge: bool = False) -> Iterator[Non
 def enter(strategy) -> None:
     """Enter `strategy`'s cross-replica context until `leave` (a `scope()` object's entry)."""
     _state.stack.append(Entry(strategy))
+    for hook in _scope_hooks:
+        hook(strategy)
+
+
+def add_scope_hook(hook: Callable[[Any], None]) -> None:
+    """Call `hook(strategy)` whenever a strategy's scope is entered (`strategax.keras` installs
+    its Keras adapter there once Keras is imported, so importing strategax never imports Keras)."""
+    if hook not in _scope_hooks:
+        _scope_hooks.append(hook)
 
 
 def leave(strategy) -> None:
@@ -71,6 +83,8 @@ def set_global(strategy) -> bool:
     if _state.stack:
         return False
     _state.stack.insert(0, Entry(strategy, is_global=True))
+    for hook in _scope_hooks:
+        hook(strategy)
     return True
 
 
@@ -92,7 +106,7 @@ def strategy() -> Any:
 def has_strategy() -> bool:
     """True inside any non-default strategy's scope or replica function."""
     entry = current()
-    return entry is not None and not getattr(entry.strategy, "_is_default", False)
+    return entry is not None and not is_default_strategy(entry.strategy)
 
 
 def in_replica_context() -> bool:
