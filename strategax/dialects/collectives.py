@@ -102,7 +102,8 @@ declare(OpDef("sx.all_reduce", "Reduce (sum, mean, max, min) a value over all re
                      "bytes_per_pack": Int(minimum=0, required=False),
                      "compression": Enum(*COMPRESSIONS, required=False),
                      "carries": Enum(*CARRIES, required=False)},
-              locality=mirrored, verify=same_type, is_collective=True))
+              locality=mirrored, verify=same_type, is_collective=True, traffic="reduce",
+              identity_on_one_replica=True))
 all_reduce_p = primitive("sx.all_reduce")
 all_reduce_p.def_effectful_abstract_eval(
     lambda x, **params: (jax_core.ShapedArray(x.shape, x.dtype), {COLLECTIVE}))
@@ -208,7 +209,8 @@ def _verify_all_gather(op: Operation) -> str | None:
 declare(OpDef("sx.all_gather", "Concatenate every replica's value along `axis`.",
               num_operands=1, num_results=1,
               attrs={"axis": Int(minimum=0), "reason": Str(), "num_replicas": Int(1, required=False)},
-              locality=mirrored, verify=_verify_all_gather, is_collective=True))
+              locality=mirrored, verify=_verify_all_gather, is_collective=True, traffic="gather",
+              identity_on_one_replica=True))
 all_gather_p = primitive("sx.all_gather")
 
 
@@ -267,7 +269,8 @@ declare(OpDef("sx.all_gather_real", "Concatenate the first `count` entries along
               "sx.all_gather of a padded axis).",
               num_operands=2, num_results=2,
               attrs={"axis": Int(minimum=0), "num_replicas": Int(1), "reason": Str()},
-              locality=mirrored, verify=_verify_all_gather_real, is_collective=True))
+              locality=mirrored, verify=_verify_all_gather_real, is_collective=True, traffic="gather",
+              identity_on_one_replica=True))
 
 
 def _compact(pieces, counts, axis: int, xp):

@@ -1,7 +1,9 @@
 """What a module communicates: each collective with its bytes, reason and source line.
 
-Bytes moved per replica follow the ring algorithms: an all-reduce of B bytes sends
-2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B. A collective
+Bytes moved per replica follow the ring algorithms, by the traffic class each collective
+declares (`OpDef.traffic`, `opdefs.TRAFFIC`): an all-reduce of B bytes sends 2(N-1)/N * B per
+replica, an all-gather producing B bytes (`sx.all_gather_real` too: its pieces and every
+replica's count) and a broadcast of B bytes send (N-1)/N * B. A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -10,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .opdefs import is_collective
-from .ops import Block, Module
+from .opdefs import TRAFFIC, declaration, is_collective
+from .ops import Block, Module, Operation
 
 
 @dataclass(frozen=True)
 class CollectiveInfo:
     op: str
-    kind: str  # the reduce op ("sum", "mean", ...) or "gather"
+    kind: str  # the reduce op ("sum", "mean", ...), else the traffic class ("gather", "broadcast")
     dtype: str
     shape: tuple[int, ...]
     payload_bytes: int
@@ -65,12 +67,21 @@ class CollectiveStats:
         return self.table()
 
 
-def _moved(op_name: str, nbytes: int, n: int) -> int:
-    if n <= 1:
-        return 0
-    if op_name == "sx.all_gather":
-        return nbytes * (n - 1) // n
-    return 2 * nbytes * (n - 1) // n
+def _traffic(op: Operation) -> str:
+    """The traffic class the collective `op` declares (a key of `TRAFFIC`)."""
+    traffic = declaration(op).traffic
+    if traffic not in TRAFFIC:
+        raise ValueError(f"internal error: collective {op.name} declares no traffic class (OpDef.traffic: "
+                         f"one of {', '.join(TRAFFIC)}), so its bytes cannot be counted")
+    return traffic
+
+
+def _payload(op: Operation, n: int) -> int:
+    """The bytes a collective carries: its results' (a bucket's, all of them); an
+    `sx.all_gather_real`'s gathered tensor and every replica's count (its total is not sent)."""
+    if op.name == "sx.all_gather_real":
+        return op.results[0].type.nbytes + n * op.results[1].type.nbytes
+    return sum(r.type.nbytes for r in op.results)
 
 
 def collective_stats(module: Module) -> CollectiveStats:
@@ -81,17 +92,18 @@ def collective_stats(module: Module) -> CollectiveStats:
         for op in block.ops:
             if is_collective(op):
                 t = op.results[0].type
-                nbytes = sum(r.type.nbytes for r in op.results)
+                nbytes = _payload(op, n)
                 shape, members = t.shape, ()
-                if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
+                if op.name == "sx.all_reduce_bucket":  # one flat buffer of all its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)
                     members = tuple(zip(reasons, locs, (r.type.nbytes for r in op.results)))
+                traffic = _traffic(op)
+                moved = TRAFFIC[traffic](nbytes, n) if n > 1 else 0
                 stats.collectives.append(CollectiveInfo(
-                    op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name,
-                    shape, nbytes,
-                    _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
+                    op.name, op.attrs.get("op", traffic), t.dtype.name, shape, nbytes,
+                    moved * repeats, repeats, op.attrs.get("reason", ""),
                     str(op.loc) if op.loc else "?", members, loop))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats
             inner_loop = f"jax.while at {op.loc or '?'}" if op.name == "jax.while" else loop
