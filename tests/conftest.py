@@ -213,3 +213,15 @@ def ray_cluster():
 
         stop_shared()
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tutorial_first_run(tmp_path_factory):
+    """The multi-worker tutorial's script (examples/multi_worker_custom_training.py), 2 workers
+    under TF_CONFIG on loopback, 2 epochs: (its working directory, each worker's history). Run
+    once for the tutorial's test (which restarts it from that directory) and the Ray Train test
+    (which compares with it)."""
+    from test_multi_worker_tutorial import run_job
+
+    tmp = tmp_path_factory.mktemp("tutorial")
+    return tmp, run_job(tmp, "first", 2)
