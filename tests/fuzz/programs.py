@@ -45,8 +45,8 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Program:
     n: int  # replicas
-    inputs: str  # "per_replica", "mirrored", "ragged" (rows differ), "dataset" (a partial batch)
-    rows: tuple[int, ...]  # rows per replica ("ragged"); the dataset's length ("dataset")
+    inputs: str  # "per_replica", "mirrored", "ragged" (rows differ), "wide" (columns differ), "dataset"
+    rows: tuple[int, ...]  # rows ("ragged") or columns ("wide") per replica; the dataset's length ("dataset")
     steps: tuple[tuple, ...]
     var: tuple[str, str, str] | None = None  # (sync, aggregation, update: assign/assign_add/assign_sub)
     bytes_per_pack: int = 0
@@ -80,9 +80,9 @@ _step = st.tuples(st.sampled_from(KINDS), _index, _index)
 @st.composite
 def programs(draw, max_steps: int = 6) -> Program:
     n = draw(st.integers(1, 8))
-    inputs = draw(st.sampled_from(["per_replica", "per_replica", "mirrored", "ragged", "dataset"]))
+    inputs = draw(st.sampled_from(["per_replica", "per_replica", "mirrored", "ragged", "wide", "dataset"]))
     rows: tuple[int, ...] = ()
-    if inputs == "ragged":
+    if inputs in ("ragged", "wide"):
         rows = tuple(draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
     elif inputs == "dataset":  # a global batch of 2 rows per replica, the last one partial
         rows = (draw(st.integers(2 * n + 1, 4 * n - 1)) if n > 1 else 3,)
@@ -107,9 +107,9 @@ def strategy_for(n: int):
     return _STRATEGIES[n]
 
 
-def _component(p: Program, r: int, rows: int) -> np.ndarray:
-    base = np.arange(rows * D, dtype=np.float32).reshape(rows, D)
-    return ((base + 1.0) * (0.25 + 0.5 * r) * (1 + p.seed) / (rows * D) - 0.5 * (p.seed % 2)).astype(np.float32)
+def _component(p: Program, r: int, rows: int, cols: int = D) -> np.ndarray:
+    base = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    return ((base + 1.0) * (0.25 + 0.5 * r) * (1 + p.seed) / (rows * cols) - 0.5 * (p.seed % 2)).astype(np.float32)
 
 
 def make_inputs(p: Program, strategy) -> tuple[Any, list[np.ndarray]]:
@@ -117,8 +117,9 @@ def make_inputs(p: Program, strategy) -> tuple[Any, list[np.ndarray]]:
     if p.inputs == "mirrored":
         x = _component(p, 0, 2)
         return x, [x] * p.n
-    if p.inputs in ("per_replica", "ragged"):
-        comps = [_component(p, r, p.rows[r] if p.inputs == "ragged" else 2) for r in range(p.n)]
+    if p.inputs in ("per_replica", "ragged", "wide"):
+        comps = [_component(p, r, p.rows[r] if p.inputs == "ragged" else 2, p.rows[r] if p.inputs == "wide" else D)
+                 for r in range(p.n)]
         value = strategy.experimental_distribute_values_from_function(lambda c: comps[c.replica_id_in_sync_group])
         return value, comps
     data = _component(p, 0, p.rows[0])
@@ -371,6 +372,8 @@ def padded_input_shape(p: Program) -> tuple:
     """The shape strategax traces the input as (padded to the largest replica, or the batch)."""
     if p.inputs == "ragged":
         return (max(p.rows), D)
+    if p.inputs == "wide":
+        return (2, max(p.rows))
     return (2, D)
 
 
