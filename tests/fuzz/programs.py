@@ -12,6 +12,7 @@ documented limit, e.g. a padding gap: counted as "refused", never a wrong answer
 else — different numbers, a non-strategax exception — is a bug."""
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -250,18 +251,26 @@ def _post(p: Program, strategy, out):
     return strategy.reduce("SUM" if "sum" in p.post else "MEAN", out, axis=0 if p.post.endswith("0") else None)
 
 
+@contextlib.contextmanager
+def quiet():
+    """Every program is a new function: strategax's retracing warning would fire for the fuzzer's
+    own loop."""
+    log = logging.getLogger("strategax")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def run_strategax(p: Program) -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray | None]:
     """Each replica's last value, the variable read in cross-replica context after the run, and
     the post call's result."""
     strategy = strategy_for(p.n)
     x, _ = make_inputs(p, strategy)
-    quiet = logging.getLogger("strategax")  # every program is a new function: the retracing warning
-    level = quiet.level                      # would fire for the fuzzer's own loop
-    quiet.setLevel(logging.ERROR)
-    try:
+    with quiet():
         out, read, post = run_strategax_function(p, strategy)(x)
-    finally:
-        quiet.setLevel(level)
     got = [np.asarray(v) for v in strategy.experimental_local_results(out)]
     return got, None if read is None else np.asarray(read), None if post is None else np.asarray(post)
 

@@ -13,6 +13,10 @@ REGRESSIONS: list[Program] = [
     # simplify-collectives merged them, then erased the first as if summing were its only use
     Program(n=2, inputs="per_replica", rows=(), steps=(("all_gather", 0, 0), ("all_gather", 0, 0), ("sum0", 2, 0),
                                                        ("dot", 3, 0), ("sum0", 5, 0), ("add", 4, 6))),
+    # two SUM all_reduces of different values in one bucket (fuse-collectives): each member
+    # must get its own result back
+    Program(n=3, inputs="per_replica", rows=(), steps=(("all_reduce_sum", 0, 0), ("replica_scale", 0, 0),
+                                                       ("all_reduce_sum", 3, 0), ("sub", 2, 4))),
     # the summed gather alone (the other one dead): an all_reduce SUM of the local sums
     Program(n=2, inputs="per_replica", rows=(), steps=(("all_gather", 0, 0), ("all_gather", 0, 0), ("sum0", 2, 0),
                                                        ("add", 4, 3))),
