@@ -8,12 +8,15 @@ block yields), naming both: a pass's mistake surfaces at the pass, not as a KeyE
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-import networkx as nx
 import numpy as np
 
+from ..dialects.control_flow import add_const
 from ..ir import Block, Module, Operation, Value, has_effects
+
+if TYPE_CHECKING:  # imported where a block is re-ordered: networkx takes ~0.5 s of every `import strategax`
+    import networkx as nx
 
 
 class BlockRewriter:
@@ -114,6 +117,21 @@ class BlockRewriter:
             op.attrs = {**op.attrs, **attrs}
             self.changed = True
 
+    def add_region_const(self, op: Operation, value: Value) -> list[Value]:
+        """Make `value` (a value of this block) visible in every region of `op` (an op of this
+        block) as a new first region argument, a loop constant or branch operand; returns those
+        arguments, one per region. Applied at once: the regions' own rewriters read them."""
+        args = add_const(op, value)
+        self._users = None  # `op` reads `value` now
+        self.changed = True
+        return args
+
+    def add_result(self, value: Value) -> int:
+        """Yield `value` as a new last result of the block; returns its index."""
+        self.block.results.append(value)
+        self.changed = True
+        return len(self.block.results) - 1
+
     def reorder(self) -> None:
         """Ask `commit` to re-order the ops so that every value is defined before it is read."""
         self._sort = True
@@ -196,6 +214,8 @@ def rewrite_blocks(module: Module, visit: Callable[[BlockRewriter], None]) -> bo
 def dependency_graph(block: Block) -> nx.DiGraph:
     """Op indices of `block`, with an edge from each op to the ops that use its results and
     from each op with effects to the next one (their order is kept)."""
+    import networkx as nx
+
     ops = block.ops
     g = nx.DiGraph()
     g.add_nodes_from(range(len(ops)))
@@ -226,6 +246,8 @@ def topological_sort(block: Block) -> bool:
     RuntimeError naming the ops of a dependency cycle."""
     if in_order(block):
         return False
+    import networkx as nx
+
     g = dependency_graph(block)
     try:
         order = list(nx.lexicographical_topological_sort(g))

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
+from .._markers import is_variable
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.distributed_values import PerReplica, is_distributed
 from . import loss_scale as loss_scales
@@ -185,7 +186,7 @@ class Optimizer:
                 f"apply_gradients takes (gradient, variable) pairs, not {grads_and_vars!r:.60}",
                 "pass zip(grads, variables) or [(grad, var), ...]") from None
         for _, v in pairs:
-            if not getattr(v, "_is_variable", False):
+            if not is_variable(v):
                 raise DistributionTypeError(f"apply_gradients got a {type(v).__name__} where a variable goes",
                                             "pass (gradient, variable) pairs with sx.Variable objects")
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
@@ -201,7 +202,7 @@ class Optimizer:
 
     def _merge_apply(self, strategy, grads, variables, options=None):
         reduced = strategy.extended.batch_reduce_to("SUM", list(zip(grads, variables)), options)
-        return self._apply(strategy, [r._local if is_distributed(r) else r for r in reduced], variables, True)
+        return self._apply(strategy, [r.tracer if is_distributed(r) else r for r in reduced], variables, True)
 
     @staticmethod
     def _reduced(g):
@@ -211,7 +212,7 @@ class Optimizer:
                 "reduce them first (strategy.reduce / extended.batch_reduce_to), or call "
                 "apply_gradients inside strategy.run")
         if is_distributed(g):
-            return g._local if g._local is not None else g.values[0]
+            return g.tracer if g.tracer is not None else g.values[0]
         return g
 
     def _apply(self, strategy, grads: list, variables: list[Variable], cross_replica: bool):
