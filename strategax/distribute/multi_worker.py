@@ -71,6 +71,8 @@ class MultiWorkerExtended(StrategyExtended):
 class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
     """Synchronous data parallelism over the devices of several worker processes."""
 
+    _shards_optimizer_state = True  # slots split over all replicas of all workers
+
     def __init__(self, cluster_resolver=None, communication_options: CommunicationOptions | None = None):
         if cluster_resolver is None:
             cluster_resolver = TFConfigClusterResolver()

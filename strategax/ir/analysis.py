@@ -1,7 +1,8 @@
 """What a module communicates: each collective with its bytes, reason and source line.
 
 Bytes moved per replica follow the ring algorithms: an all-reduce of B bytes sends
-2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B. A collective
+2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B, and so does a
+reduce-scatter of B bytes (its result is B/N): the two together move an all-reduce's bytes. A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -58,7 +59,7 @@ class CollectiveStats:
                     f"({self.num_replicas} replicas){loops}")
         rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
                     "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
-                    "tensor bytes, all-gather and broadcast (N-1)/N x tensor bytes), times its repeats")
+                    "tensor bytes, all-gather, reduce-scatter and broadcast (N-1)/N x tensor bytes), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -68,7 +69,7 @@ class CollectiveStats:
 def _moved(op_name: str, nbytes: int, n: int) -> int:
     if n <= 1:
         return 0
-    if op_name == "sx.all_gather":
+    if op_name in ("sx.all_gather", "sx.reduce_scatter"):
         return nbytes * (n - 1) // n
     return 2 * nbytes * (n - 1) // n
 
@@ -82,6 +83,8 @@ def collective_stats(module: Module) -> CollectiveStats:
             if is_collective(op):
                 t = op.results[0].type
                 nbytes = sum(r.type.nbytes for r in op.results)
+                if op.name == "sx.reduce_scatter":  # the tensor reduced: every replica's piece
+                    nbytes *= n
                 shape, members = t.shape, ()
                 if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
@@ -90,7 +93,7 @@ def collective_stats(module: Module) -> CollectiveStats:
                     members = tuple(zip(reasons, locs, (r.type.nbytes for r in op.results)))
                 stats.collectives.append(CollectiveInfo(
                     op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name,
-                    shape, nbytes,
+                    (shape[0] * n,) if op.name == "sx.reduce_scatter" else shape, nbytes,
                     _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
                     str(op.loc) if op.loc else "?", members, loop))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats
