@@ -14,7 +14,7 @@ from jax.sharding import Mesh
 
 from ..dialects import LOWERINGS, generic_lowering
 from ..dialects.logical import constrain_propagated
-from ..ir import Block, Locality, Module, TensorType, has_collective, is_collective
+from ..ir import Block, Locality, Module, TensorType, has_collective, lookup
 from . import compile_cache
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
@@ -39,7 +39,7 @@ class LoweringContext:
         env = {id(a): x for a, x in zip(block.args, args)}
         for op in block.ops:
             rule = LOWERINGS.get(op.name, generic_lowering)
-            if self._collectives_are_identities and _is_collective(op):
+            if self._collectives_are_identities and _identity_on_one_replica(op):
                 rule = _identity
             with op_metadata(op):  # XLA's metadata names the IR op and the user's line
                 outs = rule(op, [env[id(v)] for v in op.operands], self)
@@ -48,8 +48,11 @@ class LoweringContext:
         return [env[id(v)] for v in block.results]
 
 
-def _is_collective(op) -> bool:
-    return (is_collective(op) and len(op.operands) == len(op.results)
+def _identity_on_one_replica(op) -> bool:
+    """Whether `op` is a collective its declaration says is the identity on one replica (and whose
+    results here have its operands' types)."""
+    opdef = lookup(op.name)
+    return (opdef is not None and opdef.identity_on_one_replica and len(op.operands) == len(op.results)
             and all(a.type.same_tensor(r.type) for a, r in zip(op.operands, op.results)))
 
 

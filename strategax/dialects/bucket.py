@@ -48,7 +48,8 @@ declare(OpDef("sx.all_reduce_bucket", "All-reduce several tensors of one dtype a
               attrs={"op": Enum(*REDUCE_OPS), "reason": Str(),
                      "reasons": Attr("strs", required=False), "locs": Attr("strs", required=False),
                      "bytes_per_pack": Int(minimum=0, required=False)},
-              locality=mirrored, verify=_verify_bucket, is_collective=True))
+              locality=mirrored, verify=_verify_bucket, is_collective=True, traffic="reduce",
+              identity_on_one_replica=True))
 
 
 def flat_bucket(*xs, op: str, axis_name):

@@ -102,7 +102,8 @@ declare(OpDef("sx.all_reduce", "Reduce (sum, mean, max, min) a value over all re
                      "bytes_per_pack": Int(minimum=0, required=False),
                      "compression": Enum(*COMPRESSIONS, required=False),
                      "carries": Enum(*CARRIES, required=False)},
-              locality=mirrored, verify=same_type, is_collective=True))
+              locality=mirrored, verify=same_type, is_collective=True, traffic="reduce",
+              identity_on_one_replica=True))
 all_reduce_p = primitive("sx.all_reduce")
 all_reduce_p.def_effectful_abstract_eval(
     lambda x, **params: (jax_core.ShapedArray(x.shape, x.dtype), {COLLECTIVE}))
@@ -208,7 +209,8 @@ def _verify_all_gather(op: Operation) -> str | None:
 declare(OpDef("sx.all_gather", "Concatenate every replica's value along `axis`.",
               num_operands=1, num_results=1,
               attrs={"axis": Int(minimum=0), "reason": Str(), "num_replicas": Int(1, required=False)},
-              locality=mirrored, verify=_verify_all_gather, is_collective=True))
+              locality=mirrored, verify=_verify_all_gather, is_collective=True, traffic="gather",
+              identity_on_one_replica=True))
 all_gather_p = primitive("sx.all_gather")
 
 
@@ -267,7 +269,8 @@ declare(OpDef("sx.all_gather_real", "Concatenate the first `count` entries along
               "sx.all_gather of a padded axis).",
               num_operands=2, num_results=2,
               attrs={"axis": Int(minimum=0), "num_replicas": Int(1), "reason": Str()},
-              locality=mirrored, verify=_verify_all_gather_real, is_collective=True))
+              locality=mirrored, verify=_verify_all_gather_real, is_collective=True, traffic="gather",
+              identity_on_one_replica=True))
 
 
 def _compact(pieces, counts, axis: int, xp):
@@ -368,7 +371,7 @@ declare(OpDef("sx.reduce_scatter", "This replica's piece (as `sx.shard` cuts it)
                      "bytes_per_pack": Int(minimum=0, required=False),
                      "compression": Enum(*COMPRESSIONS, required=False),
                      "carries": Enum(*CARRIES, required=False)},
-              locality=per_replica, verify=_verify_sharded, is_collective=True))
+              locality=per_replica, verify=_verify_sharded, is_collective=True, traffic="scatter"))
 shard_p = primitive("sx.shard")
 reduce_scatter_p = primitive("sx.reduce_scatter")
 
@@ -427,11 +430,15 @@ batching.primitive_batchers[reduce_scatter_p] = _no_batching("sx.reduce_scatter"
 def _lower_shard(op, args, ctx):
     n = op.attrs["num_replicas"]
     k = op.result.type.shape[0]
+    if n == 1:  # the whole value: no replica index (one replica of several logical devices has none)
+        return [jnp.reshape(args[0], (-1,))]
     return [lax.dynamic_slice_in_dim(_padded(args[0], n, jnp), lax.axis_index(ctx.axis_name) * k, k)]
 
 
 def _lower_reduce_scatter(op, args, ctx):
     n = op.attrs["num_replicas"]
+    if n == 1:  # a reduction over one replica: the flattened value, no collective
+        return [jnp.reshape(args[0], (-1,))]
     piece = lax.psum_scatter(_padded(args[0], n, jnp), ctx.axis_name, scatter_dimension=0, tiled=True)
     if op.attrs["op"] == "mean":
         piece = piece / n if jnp.issubdtype(piece.dtype, jnp.inexact) else piece // n

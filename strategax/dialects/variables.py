@@ -162,7 +162,7 @@ def _verify_broadcast(op: Operation) -> str | None:
 declare(OpDef("sx.broadcast", "Every replica gets replica `source`'s value.", num_operands=1,
               num_results=1, attrs={"source": Int(minimum=0), "reason": Str()},
               locality=lambda op, locs: [Locality.MIRRORED], verify=_verify_broadcast,
-              is_collective=True))
+              is_collective=True, traffic="broadcast", identity_on_one_replica=True))
 
 
 def _lower_broadcast(op, args, ctx):

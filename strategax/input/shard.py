@@ -25,6 +25,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import DistributionValueError
+from .numpy_dataset import Dataset
 from .options import AutoShardPolicy, parse_policy
 from .place import place_local
 from .split import batch_leaves, split_sizes
@@ -35,9 +36,10 @@ Step = tuple[list[list[np.ndarray]], list[int]]  # (per local replica: its leave
 
 def dataset_policy(dataset: Any, options) -> AutoShardPolicy:
     """The policy in force: `InputOptions.auto_shard_policy` unless AUTO, else a tf.data.Dataset's
-    own `options().experimental_distribute.auto_shard_policy`, else AUTO."""
+    (or an sx.data.Dataset's) own `options().experimental_distribute.auto_shard_policy`, else AUTO."""
     policy = options.auto_shard_policy
-    if policy is AutoShardPolicy.AUTO and hasattr(dataset, "as_numpy_iterator") and hasattr(dataset, "options"):
+    own = isinstance(dataset, Dataset) or hasattr(dataset, "as_numpy_iterator")
+    if policy is AutoShardPolicy.AUTO and own and hasattr(dataset, "options"):
         try:
             policy = parse_policy(dataset.options().experimental_distribute.auto_shard_policy)
         except AttributeError:

@@ -4,7 +4,7 @@ No JAX primitives and no lowering live here: the ops are declared by `strategax.
 from .attr_spec import Attr, Enum, Flag, Int, Str
 from .attr_values import EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram, SymbolRef, dense_array
 from .attributes import KINDS, format_attr
-from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, VAR_ATTRS, WRITES_VARIABLE, OpDef,
+from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, TRAFFIC, VAR_ATTRS, WRITES_VARIABLE, OpDef,
                      UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
                      is_collective, is_pure, lookup, op_effects, writes)
 from .ops import Block, Func, Location, Module, Operation, VarDecl
@@ -19,7 +19,7 @@ __all__ = [
     "Attr", "Block", "DTYPES", "Enum", "EnumAttr", "Flag", "Held", "KINDS", "PrimitiveRef", "Record", "Func", "Int",
     "Locality", "Location",
     "MODULE_ATTRS", "Module", "OP_DEFS", "OpDef", "Operation", "ParseError", "READS_VARIABLE",
-    "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TensorType", "UndeclaredOpError", "VAR_ATTRS",
+    "Sharding", "Splat", "Str", "Subprogram", "SymbolRef", "TRAFFIC", "TensorType", "UndeclaredOpError", "VAR_ATTRS",
     "Value", "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array",
     "dtype_name", "format_attr", "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",

@@ -1,8 +1,9 @@
 """What a module communicates: each collective with its bytes, reason and source line.
 
-Bytes moved per replica follow the ring algorithms: an all-reduce of B bytes sends
-2(N-1)/N * B per replica, an all-gather producing B bytes sends (N-1)/N * B, and so does a
-reduce-scatter of B bytes (its result is B/N): the two together move an all-reduce's bytes. A collective
+Bytes moved per replica follow the ring algorithms, by the traffic class each collective
+declares (`OpDef.traffic`, `opdefs.TRAFFIC`): an all-reduce of B bytes sends 2(N-1)/N * B per
+replica, an all-gather producing B bytes sends (N-1)/N * B, a reduce-scatter producing B bytes
+(1/N of the tensor reduced) (N-1) * B: with the all-gather of its pieces, an all-reduce's bytes. A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .opdefs import is_collective
-from .ops import Block, Module
+from .opdefs import TRAFFIC, declaration, is_collective
+from .ops import Block, Module, Operation
 
 
 @dataclass(frozen=True)
 class CollectiveInfo:
     op: str
-    kind: str  # the reduce op ("sum", "mean", ...) or "gather"
+    kind: str  # the reduce op ("sum", "mean", ...), else the traffic class ("gather", "broadcast")
     dtype: str
     shape: tuple[int, ...]
     payload_bytes: int
@@ -59,19 +60,21 @@ class CollectiveStats:
                     f"({self.num_replicas} replicas){loops}")
         rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
                     "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
-                    "tensor bytes, all-gather, reduce-scatter and broadcast (N-1)/N x tensor bytes), times its repeats")
+                    "tensor bytes, all-gather (N-1)/N x tensor bytes, reduce-scatter (N-1) x its piece's bytes, broadcast 2(N-1)/N x tensor bytes: it is lowered "
+                    "as an all-reduce), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
         return self.table()
 
 
-def _moved(op_name: str, nbytes: int, n: int) -> int:
-    if n <= 1:
-        return 0
-    if op_name in ("sx.all_gather", "sx.reduce_scatter"):
-        return nbytes * (n - 1) // n
-    return 2 * nbytes * (n - 1) // n
+def _traffic(op: Operation) -> str:
+    """The traffic class the collective `op` declares (a key of `TRAFFIC`)."""
+    traffic = declaration(op).traffic
+    if traffic not in TRAFFIC:
+        raise ValueError(f"internal error: collective {op.name} declares no traffic class (OpDef.traffic: "
+                         f"one of {', '.join(TRAFFIC)}), so its bytes cannot be counted")
+    return traffic
 
 
 def collective_stats(module: Module) -> CollectiveStats:
@@ -83,18 +86,17 @@ def collective_stats(module: Module) -> CollectiveStats:
             if is_collective(op):
                 t = op.results[0].type
                 nbytes = sum(r.type.nbytes for r in op.results)
-                if op.name == "sx.reduce_scatter":  # the tensor reduced: every replica's piece
-                    nbytes *= n
                 shape, members = t.shape, ()
                 if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)
                     members = tuple(zip(reasons, locs, (r.type.nbytes for r in op.results)))
+                traffic = _traffic(op)
+                moved = TRAFFIC[traffic](nbytes, n) if n > 1 else 0
                 stats.collectives.append(CollectiveInfo(
-                    op.name, op.attrs.get("op", "broadcast" if op.name == "sx.broadcast" else "gather"), t.dtype.name,
-                    (shape[0] * n,) if op.name == "sx.reduce_scatter" else shape, nbytes,
-                    _moved(op.name, nbytes, n) * repeats, repeats, op.attrs.get("reason", ""),
+                    op.name, op.attrs.get("op", traffic), t.dtype.name, shape, nbytes,
+                    moved * repeats, repeats, op.attrs.get("reason", ""),
                     str(op.loc) if op.loc else "?", members, loop))
             inner = repeats * op.attrs["length"] if op.name == "jax.scan" else repeats
             inner_loop = f"jax.while at {op.loc or '?'}" if op.name == "jax.while" else loop

@@ -46,6 +46,24 @@ class OpDef:
     is_collective: bool = False
     effects: frozenset[str] = frozenset()
     primitive: Any = None  # the JAX primitive a generic op re-binds (ir/ knows no JAX type)
+    # a collective's traffic class (a key of TRAFFIC): what `collective_stats` charges for it
+    traffic: str | None = None
+    # with one replica (and several logical devices) lowering may run the op as the identity:
+    # result i is operand i (a reduction or gather over one replica)
+    identity_on_one_replica: bool = False
+
+
+# Traffic classes: bytes each replica sends for a collective whose results hold B bytes, with N
+# replicas and ring algorithms. "reduce": an all-reduce, 2(N-1)/N x B; "gather": an all-gather,
+# (N-1)/N x B; "broadcast": one replica's value to all, lowered as an all-reduce (a sum of that
+# value and zeros), 2(N-1)/N x B; "scatter": a reduce-scatter whose result is this replica's
+# 1/N piece of the reduction, (N-1) x B (the ring's (N-1)/N of the N x B reduced).
+TRAFFIC: dict[str, Callable[[int, int], int]] = {
+    "scatter": lambda nbytes, n: nbytes * (n - 1),
+    "reduce": lambda nbytes, n: 2 * nbytes * (n - 1) // n,
+    "gather": lambda nbytes, n: nbytes * (n - 1) // n,
+    "broadcast": lambda nbytes, n: 2 * nbytes * (n - 1) // n,
+}
 
 
 OP_DEFS: dict[str, OpDef] = {}

@@ -40,6 +40,7 @@ PASSES: dict[str, str] = {
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
     "compress-collectives": "strategax.passes.compress_collectives:CompressCollectives",
     "shard-optimizer-state": "strategax.passes.shard_optimizer_state:ShardOptimizerState",
+    "fold-double-negation": "strategax.passes.fold_double_negation:FoldDoubleNegation",  # docs' example
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; mask-padding then follows the padded rows through

@@ -20,7 +20,8 @@ from .distributed_values import Mirrored, PerReplica, PerReplicaBatch, is_distri
 from .extents import trim
 from .inspection import MemoryStats
 from .keys import key_data
-from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, Signature
+from .kinds import Kind, KeyOutput, LocalOutput, Output, OutputEntry, StaticOutput, TakenOutput
+from .signature import ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, Signature
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Traced:
 
     module: Module  # after the pass pipeline
     out_treedef: Any  # the result's pytree structure
-    out_plan: list  # per output leaf: (kind, where it comes from: an output index or a static value)
+    out_plan: list[OutputEntry]  # per output leaf: how it is read back from the program's outputs
     variables: list  # the variables the program reads or writes (extra inputs and outputs, in order)
     inputs: InputPlan | None  # the batches taken from iterator arguments (after the other inputs)
     whole: tuple  # the streams a `for` loop iterates to their end (their counts: in the cache key)
@@ -42,7 +43,7 @@ class _Compiled:
         self.module, self.executable, self.out_treedef = traced.module, executable, traced.out_treedef
         self.out_plan, self.strategy = traced.out_plan, strategy
         variables = traced.variables
-        self.dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        self.dynamic = [i for i, k in enumerate(sig.kinds) if k is not Kind.STATIC]
         self.num_vars = len(variables)
         self.in_layouts = executable.in_layouts[:len(executable.in_layouts) - self.num_vars]
         self.inputs = traced.inputs  # batches from iterator arguments, after the others
@@ -105,29 +106,32 @@ class _Compiled:
             sig.inputs, sig.site_elements = self.inputs.pull(host_streams(sig), self.in_layouts[len(self.dynamic):])
         return sig.inputs
 
-    def _trimmed(self, kind: str, entry: tuple, outs, sig: Signature, args: list):
-        """A per-example output with the padded rows of its batch dropped (per_example.py):
-        `entry` is (output, source) for TAKEN, (output, replica, source) for LOCAL."""
-        index, source = entry[0], entry[-1]
+    def _trimmed(self, entry: TakenOutput | LocalOutput, outs, sig: Signature, args: list):
+        """A per-example output with the padded rows of its batch dropped (per_example.py): the
+        whole output for a TakenOutput, one replica's component for a LocalOutput."""
+        index, source = entry.index, entry.source
         array, layout = outs[index], self.executable.out_layouts[index]
         if source == per_example.BATCH:
             batch = sig.batch
+        elif isinstance(source, int):  # the batch of the call's `source`-th single take
+            batch = per_example.batch_of((sig.site_elements or [])[source])
         else:
-            batch = None if source is None else per_example.batch_of((sig.site_elements or [])[source])
+            batch = None
         if batch is not None:
             value = per_example.trimmed(array, layout, batch)
         elif index in self.padded:
             value = self._cut(PER_REPLICA, index, outs, args)
         else:
             value = PerReplica._from_global(array, layout)
-        return value if kind == per_example.TAKEN else value.values[entry[1]]
+        return value if isinstance(entry, TakenOutput) else value.values[entry.replica]
 
-    def cut(self, kind: str, index: int) -> bool:
-        """Whether output `index` is cut to its real extents after the run (`_cut`): every padded
+    def cut(self, entry: OutputEntry) -> bool:
+        """Whether `entry`'s output is cut to its real extents after the run (`_cut`): every padded
         one but a per-replica batch's rows, which PerReplicaBatch keeps lazily."""
-        return index in self.padded and not (kind == PER_EXAMPLE and self.executable.out_layouts[index].per_replica)
+        return isinstance(entry, Output) and entry.index in self.padded and not (
+            entry.kind is PER_EXAMPLE and self.executable.out_layouts[entry.index].per_replica)
 
-    def _cut(self, kind: str, index: int, outs, args):
+    def _cut(self, kind: Kind, index: int, outs, args):
         """Output `index` cut to its real extents (mask-padding's `padded_results`): each replica's
         component of a per-replica output, the one value of a replicated one."""
         array, layout = outs[index], self.executable.out_layouts[index]
@@ -154,33 +158,35 @@ class _Compiled:
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)
-        leaves, one = [], self.strategy.num_replicas_in_sync == 1
-        for kind, index in self.out_plan:
-            if kind == STATIC:
-                leaves.append(index)
-                continue
-            if kind == KEY:
-                index, impl = index
-                leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
-                continue
-            if kind in (per_example.TAKEN, per_example.LOCAL):
-                leaves.append(self._trimmed(kind, index, outs, sig, args))
-                continue
-            array, layout = outs[index], self.executable.out_layouts[index]
-            if self.cut(kind, index):
-                leaves.append(self._cut(PER_REPLICA if kind == PER_EXAMPLE else kind, index, outs, args))
-                continue
-            if one and kind != PER_EXAMPLE:  # TensorFlow hands back plain values: the array itself
-                leaves.append(array)
-            elif layout.per_replica:
-                leaves.append(PerReplica._from_global(array, layout) if kind != PER_EXAMPLE
-                              else PerReplicaBatch._from_global_batch(
-                                  array, layout, sig.batch._counts, sig.batch._count_value))
-            elif kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
-                leaves.append(Mirrored._from_global(array, layout))
-            else:
-                leaves.append(array)
+        leaves = []
+        for entry in self.out_plan:
+            match entry:
+                case StaticOutput(value=value):
+                    leaves.append(value)
+                case KeyOutput(index=index, impl=impl):
+                    leaves.append(jax.random.wrap_key_data(outs[index], impl=impl))
+                case TakenOutput() | LocalOutput():
+                    leaves.append(self._trimmed(entry, outs, sig, args))
+                case Output():
+                    leaves.append(self._output(entry, outs, sig, args))
         return self.strategy._finalize_outputs(jax.tree_util.tree_unflatten(self.out_treedef, leaves))
+
+    def _output(self, entry: Output, outs, sig: Signature, args: list):
+        """Program output `entry.index` as the user gets it: cut to its real extents, a plain
+        array with one replica (as TensorFlow hands it back), a distributed value otherwise."""
+        kind, index = entry.kind, entry.index
+        array, layout = outs[index], self.executable.out_layouts[index]
+        if self.cut(entry):
+            return self._cut(PER_REPLICA if kind is PER_EXAMPLE else kind, index, outs, args)
+        if self.strategy.num_replicas_in_sync == 1 and kind is not PER_EXAMPLE:
+            return array
+        if layout.per_replica:
+            if kind is not PER_EXAMPLE:
+                return PerReplica._from_global(array, layout)
+            return PerReplicaBatch._from_global_batch(array, layout, sig.batch._counts, sig.batch._count_value)
+        if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
+            return Mirrored._from_global(array, layout)
+        return array
 
 
 def host_streams(sig: Signature) -> Streams:

@@ -18,7 +18,8 @@ import numpy as np
 from ..backends.inflight import throttle
 from .distributed_values import Mirrored, PerReplica, PerReplicaBatch
 from .keys import is_key
-from .signature import ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, Signature
+from .kinds import KeyOutput, LocalOutput, Output, OutputEntry, StaticOutput, TakenOutput
+from .signature import ARRAY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, Signature
 
 MISS = object()  # the call does not fit: take the full path
 MAX_BUILDS = 4  # shortcuts built per specialization: a call that never fits stops paying for it
@@ -54,9 +55,9 @@ class FastCall:
         if len(leaves) + (sig.batch is not None) != len(sig.leaves) \
                 or any(a is not b for a, b in zip(leaves, sig.leaves)):
             return None  # distributed values regrouped from pytrees, keyword arguments
-        if any(kind not in _OUTPUT_KINDS for kind, _ in compiled.out_plan):
-            return None
-        if any(compiled.cut(kind, index) for kind, index in compiled.out_plan):
+        if any(isinstance(entry, (TakenOutput, LocalOutput)) for entry in compiled.out_plan):
+            return None  # rows of a taken batch, or of one replica: cut per call
+        if any(compiled.cut(entry) for entry in compiled.out_plan):
             return None  # cut to real extents read from the call's counts (`_Compiled._cut`)
         layouts = dict(zip(compiled.dynamic, compiled.in_layouts))
         checks, batch_at = [], None
@@ -79,7 +80,7 @@ class FastCall:
                 checks.append((_DIST, type(x), (want, {})))
             else:
                 return None
-        if batch_at is None and (sig.batch is not None or any(k == PER_EXAMPLE for k, _ in compiled.out_plan)):
+        if batch_at is None and (sig.batch is not None or any(e.kind is PER_EXAMPLE for e in compiled.out_plan)):
             return None  # per-example outputs are trimmed by the batch's row counts
         return cls(compiled, treedef, checks, batch_at, detector)
 
@@ -136,8 +137,8 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None, detector) -
         lines += [f"    for (store, _), array in zip(var_slots, outs[{len(ex.out_layouts) - compiled.num_vars}:]):",
                   "        store.set(array)"]
     one = strategy.num_replicas_in_sync == 1
-    results = [_output(i, kind, index, ex.out_layouts, env, batch_at, one)
-               for i, (kind, index) in enumerate(compiled.out_plan)]
+    results = [_output(i, entry, ex.out_layouts, env, batch_at, one)
+               for i, entry in enumerate(compiled.out_plan)]
     lines.append(f"    return {_rebuild(compiled.out_treedef, results, env)}")
     return "\n".join(lines) + "\n", env
 
@@ -185,20 +186,19 @@ def _accept(layout, extra: tuple) -> bool:
     return True
 
 
-_OUTPUT_KINDS = (ARRAY, STATIC, KEY, PER_REPLICA, MIRRORED, PER_EXAMPLE)
-
-
-def _output(i: int, kind: str, index, out_layouts, env: dict, batch_at: int | None, one: bool) -> str:
+def _output(i: int, entry: OutputEntry, out_layouts, env: dict, batch_at: int | None, one: bool) -> str:
     """The expression that makes output leaf `i` from the program's outputs `outs` (as
     `_Compiled.__call__` does); the values it reads go into `env`. With one replica
     TensorFlow hands back plain values: an output is the program's array as it is, but for
     per-example rows, trimmed to the batch's real ones."""
-    if kind == STATIC:
-        env[f"static{i}"] = index
+    if isinstance(entry, StaticOutput):
+        env[f"static{i}"] = entry.value
         return f"static{i}"
-    if kind == KEY:
-        env[f"impl{i}"] = index[1]
-        return f"wrap_key_data(outs[{index[0]}], impl=impl{i})"
+    if isinstance(entry, KeyOutput):
+        env[f"impl{i}"] = entry.impl
+        return f"wrap_key_data(outs[{entry.index}], impl=impl{i})"
+    assert isinstance(entry, Output), "taken and local rows take the full path (FastCall.build)"
+    kind, index = entry.kind, entry.index
     layout = out_layouts[index]
     env[f"layout{i}"] = layout
     if layout.per_replica and kind == PER_EXAMPLE:

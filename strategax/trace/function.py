@@ -16,7 +16,7 @@ from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
-from ..ir import Module
+from ..ir import Module, TensorType
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
 from . import dump, retracing
@@ -29,7 +29,8 @@ from .importer import import_jaxpr
 from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key
 from .batches import TraceInputs, rewrite
-from .signature import (ARRAY, KEY, MIRRORED, PER_EXAMPLE, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
+from .kinds import KeyOutput, LocalOutput, Output, OutputEntry, StaticOutput
+from .signature import (ARRAY, MIRRORED, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
 from .var_session import VarSession
 from .compiled import Traced, _Compiled, host_streams
@@ -80,6 +81,66 @@ def _traced_scalar_error(fn: Callable, sig: Signature, err: Exception) -> Distri
 def _module_name(fn: Callable) -> str:
     name = getattr(fn, "__name__", "fn")
     return re.sub(r"[^A-Za-z0-9_.]", "_", name) or "fn"
+
+
+def _argument_leaves(sig: Signature, dynamic: list[int], values: Sequence) -> list:
+    """The call's leaves with each dynamic one replaced by its traced value: a typed key rebuilt
+    from its key data, a padded batch's or padded value's axes marked for mask-padding, a
+    distributed value around its tracer."""
+    leaves = list(sig.leaves)
+    extents: dict[int, list] = {e.leaf: [] for e in sig.extents}  # leaf -> [(axis, its traced real extent)]
+    for e in sig.extents:
+        extents[e.leaf].append((e.axis, values[dynamic.index(e.count)]))
+    for i, v in zip(dynamic, values):
+        kind = sig.kinds[i]
+        if kind is ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
+            v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
+        if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
+            v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
+        for axis, count in extents.get(i, ()):  # padded to one shape: likewise each padded axis
+            v = mark_rows(v, count, axis, extent=True)
+        leaves[i] = (PerReplica._traced(v) if kind is PER_REPLICA else
+                     Mirrored._traced(v) if kind is MIRRORED else v)
+    return leaves
+
+
+class _Outputs:
+    """The traced function's result as program outputs: its pytree structure and output plan
+    (trace/kinds.py), set when the trace returns (`read`)."""
+
+    def __init__(self, what: str):
+        self.what = what  # who returned the result, for errors
+        self.treedef: Any = None
+        self.plan: list[OutputEntry] = []
+
+    def read(self, result) -> list:
+        """The arrays the program returns for `result`; records how each leaf comes back."""
+        leaves, self.treedef = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
+        arrays: list = []
+        self.plan = [self._entry(leaf, arrays) for leaf in leaves]
+        return arrays
+
+    def _entry(self, leaf, arrays: list) -> OutputEntry:
+        """How `leaf` comes back; the program outputs it needs are appended to `arrays`."""
+        def add(x) -> int:
+            arrays.append(x)
+            return len(arrays) - 1
+        if getattr(leaf, "_is_variable", False):
+            return Output(ARRAY, add(jnp.asarray(leaf.read_value())))
+        if isinstance(leaf, per_example.LocalResult):  # cut from its value's output after the run
+            local = leaf.value._local
+            at = next((k for k, a in enumerate(arrays) if a is local), None)
+            return LocalOutput(add(local) if at is None else at, leaf.replica)
+        if isinstance(leaf, DistributedValues):
+            if leaf.form is not Form.TRACED:
+                raise DistributionTypeError("the function returned a distributed value it did not compute",
+                                            "return values computed from the function's arguments")
+            return Output(PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, add(leaf._local))
+        if isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
+            return StaticOutput(leaf)
+        if is_key(leaf):  # a typed PRNG key out: its data, wrapped again after the call
+            return KeyOutput(add(jax.random.key_data(leaf)), jax.random.key_impl(leaf))
+        return Output(ARRAY, add(result_array(leaf, self.what)))
 
 
 class StrategyFunction:
@@ -146,68 +207,44 @@ class StrategyFunction:
 
     # --- tracing and compiling ------------------------------------------------------------
     def _trace(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> Traced:
-        strategy = self._strategy
-        dynamic = [i for i, k in enumerate(sig.kinds) if k != STATIC]
+        """Trace the function for `sig`, import the jaxpr as IR and run the pass pipeline."""
+        dynamic = [i for i, k in enumerate(sig.kinds) if k is not STATIC]
+        session = VarSession(self._strategy)
+        inputs = TraceInputs(self._strategy, sig.leaves, host_streams(sig))
+        outputs = _Outputs(f"the strategy.function {self._name}")  # what the trace returns
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
-        out_treedef, out_plan = None, []  # set by flat_fn from the function's result
-        session = VarSession(strategy)
-        inputs = TraceInputs(strategy, sig.leaves, host_streams(sig))
+        closed = self._make_jaxpr(self._flat_fn(sig, dynamic, session, inputs, outputs), sig, dynamic, types, inputs)
+        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+        module, variables = self._module(import_jaxpr(closed, types + input_types, "main"), session,
+                                         snapshots, timings)
+        # the results mask-padding found to be per-example come back with each replica's real rows
+        padded = per_example.padded_inputs(sig, dynamic, input_plan)
+        out_plan = per_example.output_plan(module, outputs.plan, padded)
+        return Traced(module, outputs.treedef, out_plan, variables, input_plan, tuple(inputs.whole))
+
+    def _flat_fn(self, sig: Signature, dynamic: list[int], session: VarSession, inputs: TraceInputs,
+                 outputs: "_Outputs") -> Callable:
+        """The function of the call's dynamic leaves that make_jaxpr traces: the user's function
+        on the arguments rebuilt around the traced values, its result read by `outputs`."""
+        strategy = self._strategy
 
         def flat_fn(*values):
-            nonlocal out_treedef, out_plan
-            leaves = list(sig.leaves)
-            extents = {e.leaf: [] for e in sig.extents}  # leaf -> [(axis, its traced real extent)]
-            for e in sig.extents:
-                extents[e.leaf].append((e.axis, values[dynamic.index(e.count)]))
-            for i, v in zip(dynamic, values):
-                kind = sig.kinds[i]
-                if kind == ARRAY and is_key(sig.leaves[i]):  # key data in, a typed key to the user
-                    v = jax.random.wrap_key_data(v, impl=jax.random.key_impl(sig.leaves[i]))
-                if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1:
-                    v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
-                for axis, count in extents.get(i, ()):  # padded to one shape: likewise each padded axis
-                    v = mark_rows(v, count, axis, extent=True)
-                leaves[i] = (PerReplica._traced(v) if kind == PER_REPLICA else
-                             Mirrored._traced(v) if kind == MIRRORED else v)
+            leaves = _argument_leaves(sig, dynamic, values)
             count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
             with _context.tracing(strategy, session, (count, rows), inputs, extents=bool(sig.extents)):
                 result = self._fn(*args, **kwargs)
-            out_leaves, out_treedef = jax.tree_util.tree_flatten(result, is_leaf=is_distributed)
-            plan, arrays = [], []
-            for leaf in out_leaves:
-                if getattr(leaf, "_is_variable", False):
-                    plan.append((ARRAY, len(arrays)))
-                    arrays.append(jnp.asarray(leaf.read_value()))
-                elif isinstance(leaf, per_example.LocalResult):  # cut from its value's output after the run
-                    local = leaf.value._local
-                    at = next((k for k, a in enumerate(arrays) if a is local), None)
-                    plan.append((per_example.LOCAL, (len(arrays) if at is None else at, leaf.replica)))
-                    if at is None:
-                        arrays.append(local)
-                elif isinstance(leaf, DistributedValues):
-                    if leaf.form is not Form.TRACED:
-                        raise DistributionTypeError(
-                            "the function returned a distributed value it did not compute",
-                            "return values computed from the function's arguments")
-                    kind = PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED
-                    plan.append((kind, len(arrays)))
-                    arrays.append(leaf._local)
-                elif isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
-                    plan.append((STATIC, leaf))
-                elif is_key(leaf):  # a typed PRNG key out: its data, wrapped again after the call
-                    plan.append((KEY, (len(arrays), jax.random.key_impl(leaf))))
-                    arrays.append(jax.random.key_data(leaf))
-                else:
-                    plan.append((ARRAY, len(arrays)))
-                    arrays.append(result_array(leaf, f"the strategy.function {self._name}"))
-            out_plan = plan
-            return arrays
+            return outputs.read(result)
+        return flat_fn
 
-        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=sig.kinds[i] == SCALAR)  # as jax.jit
+    def _make_jaxpr(self, flat_fn: Callable, sig: Signature, dynamic: list[int], types: list[TensorType],
+                    inputs: TraceInputs):
+        """The closed jaxpr of `flat_fn` on values of `types`; a failure that is a known misuse
+        raises its own error."""
+        structs = [jax.ShapeDtypeStruct(t.shape, t.dtype, weak_type=sig.kinds[i] is SCALAR)  # as jax.jit
                    for t, i in zip(types, dynamic)]
         try:
-            closed = jax.make_jaxpr(flat_fn)(*structs)
+            return jax.make_jaxpr(flat_fn)(*structs)
         except (TypeError, IndexError, ValueError) as err:  # JAX's concretization errors among them
             if inputs.looping and isinstance(err, jax.errors.ConcretizationTypeError):
                 raise loop_branch_error(err) from None
@@ -216,15 +253,18 @@ class StrategyFunction:
             self._check_needs_static(sig, err)
             raise
         except OverflowError as err:  # a Python int argument beyond int32 met an array
-            big = [i for i, (k, x) in enumerate(zip(sig.kinds, sig.leaves)) if k == STATIC and out_of_int32(x)]
+            big = [i for i, (k, x) in enumerate(zip(sig.kinds, sig.leaves)) if k is STATIC and out_of_int32(x)]
             if not big:
                 raise
             names = retracing.leaf_names(self._origin, sig.treedef, len(sig.kinds))
             used = _innermost_user_frame(err)
             raise int32_error(names[big[0]], sig.leaves[big[0]],
                               ", and it is used as a number" + (f" at {used[0]}:{used[1]}" if used else "")) from None
-        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
-        func = import_jaxpr(closed, types + input_types, "main")
+
+    def _module(self, func, session: VarSession, snapshots: dict | None,
+                timings: dict | None) -> tuple[Module, list]:
+        """The module around the traced `func`, with its variables, after the pass pipeline."""
+        strategy = self._strategy
         attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
         module = Module(self._name, attrs, funcs=[func])
         variables = session.variables_of(module)
@@ -232,10 +272,7 @@ class StrategyFunction:
         if snapshots is not None:
             snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
-        # the results mask-padding found to be per-example come back with each replica's real rows
-        padded = per_example.padded_inputs(sig, dynamic, input_plan)
-        out_plan = per_example.output_plan(module, out_plan, padded, PER_REPLICA, PER_EXAMPLE)
-        return Traced(module, out_treedef, out_plan, variables, input_plan, tuple(inputs.whole))
+        return module, variables
 
     def _check_needs_static(self, sig: Signature, err: Exception) -> None:
         """A trace with Python numbers as values failed: when it traces with them as constants,

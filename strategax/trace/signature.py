@@ -18,30 +18,29 @@ from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from .extents import Extents, differing_axes, padded
 from .keys import is_key, physical_aval
+from .kinds import Kind
 from .distributed_values import (DistributedValues, Form, PerReplica, PerReplicaBatch, check_components,
                                  components_identical, is_distributed, regroup)
 
 STATIC_TYPES = (bool, int, float, complex, str, type(None))
 ARRAY_TYPES = (jax.Array, np.ndarray, np.generic)
 
-# Kinds of an input leaf: a per-replica value, a mirrored one, a plain array (mirrored), or a
-# static Python value baked into the program.
-PER_REPLICA, MIRRORED, ARRAY, STATIC = "P", "M", "A", "S"
-# A Python int, float or complex traced as a weakly typed scalar input (reduce_retracing=True),
-# as jax.jit traces it: one program for every value.
-SCALAR = "W"
+# The leaf kinds (trace/kinds.py), by their short names: an input leaf is a per-replica value, a
+# mirrored one, a plain array (mirrored), a static Python value baked into the program, or a
+# Python int, float or complex traced as a weakly typed scalar (reduce_retracing=True, as jax.jit
+# traces it: one program for every value).
+PER_REPLICA, MIRRORED, ARRAY, STATIC, SCALAR = Kind.PER_REPLICA, Kind.MIRRORED, Kind.ARRAY, Kind.STATIC, Kind.SCALAR
+PER_EXAMPLE, KEY = Kind.PER_EXAMPLE, Kind.KEY  # output kinds
 SCALAR_TYPES = (int, float, complex)  # exact types: bools and enums stay static (few values,
 # and they pick Python branches)
-PER_EXAMPLE = "E"  # an output with the padded rows of an input batch: trimmed to the real rows
 EXTENTS = "X"  # key entry of a distributed value whose components differ in shape (its padded axes)
-KEY = "K"  # an output that is a typed PRNG key: its key data, wrapped again after the call
 
 
 @dataclass
 class Signature:
     key: tuple
     treedef: Any
-    kinds: list[str]
+    kinds: list[Kind]
     leaves: list[Any]
     batch: Any = None  # the padded input batch whose row counts ride along as a hidden input
     inputs: list | None = None  # the batches this call took from its iterator arguments (trace.batches.takes)
@@ -61,7 +60,7 @@ def _expand(tree):
         tree, is_leaf=is_distributed)
 
 
-def leaf_type(x, kind: str) -> TensorType:
+def leaf_type(x, kind: Kind) -> TensorType:
     if kind == PER_REPLICA or kind == MIRRORED:
         if x.form.has_global:
             t = x._layout().type

@@ -10,6 +10,7 @@ function: replica *i*'s rows, which the call cuts from the output after the prog
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import jax
@@ -17,6 +18,7 @@ import jax
 from ...errors import DistributionValueError
 from ...ir import Block
 from ..distributed_values import PerReplicaBatch, is_distributed
+from ..kinds import Kind, LocalOutput, Output, OutputEntry, Source, TakenOutput
 
 BATCH = "batch"  # the rows of the padded batch passed as an argument (Signature.batch)
 _USE_FIX = ("return it from the function (strategax keeps replica i's real rows there), or call "
@@ -72,13 +74,10 @@ def batch_of(element: Any) -> Any:
     return leaves[0] if leaves and isinstance(leaves[0], PerReplicaBatch) else None
 
 
-TAKEN, LOCAL = "T", "L"  # output kinds: rows of a taken batch; one replica's rows (LocalResult)
-
-
-def padded_inputs(sig, dynamic: list[int], plan) -> dict[int, Any]:
+def padded_inputs(sig, dynamic: list[int], plan) -> dict[int, Source]:
     """Program argument index -> the padded batch it is a leaf of: BATCH for the padded batch
     argument, the ordinal of the `next(iterator)` (among the plan's single takes) for a taken one."""
-    out: dict[int, Any] = {k: BATCH for k, i in enumerate(dynamic)
+    out: dict[int, Source] = {k: BATCH for k, i in enumerate(dynamic)
                            if isinstance(sig.leaves[i], PerReplicaBatch) and i < len(sig.leaves) - 1}
     if plan is None:
         return out
@@ -95,15 +94,15 @@ def padded_inputs(sig, dynamic: list[int], plan) -> dict[int, Any]:
     return out
 
 
-def output_plan(module, plan: list, padded: dict[int, Any], per_replica_kind: str, batch_kind: str) -> list:
-    """`plan` (output kind, index) with the results mask-padding found per-example marked by
-    whose rows they keep: `batch_kind` for the padded batch argument, TAKEN for a taken batch;
-    a LocalResult's entry gets its source (None: not per-example, returned as it is)."""
+def output_plan(module, plan: list[OutputEntry], padded: dict[int, Source]) -> list[OutputEntry]:
+    """`plan` with the per-replica results mask-padding found per-example marked by whose rows
+    they keep: PER_EXAMPLE for the padded batch argument's, a TakenOutput for a taken batch's; a
+    LocalOutput gets its source (None: not per-example, returned as it is)."""
     per_example = tuple(module.attrs.get("per_example_results", ())) if padded else ()
     found = sources(module.main.body, per_example, padded)
     kinds = set(padded.values())
 
-    def source(index):
+    def source(index: int) -> Source:
         s = found.get(index)
         if s is None and len(kinds) == 1:
             s = next(iter(kinds))
@@ -114,14 +113,13 @@ def output_plan(module, plan: list, padded: dict[int, Any], per_replica_kind: st
                 "return per-example values computed from one batch each")
         return s
 
-    out = []
-    for kind, index in plan:
-        if kind == LOCAL:
-            array, replica = index
-            out.append((LOCAL, (array, replica, source(array) if array in per_example else None)))
-        elif kind == per_replica_kind and index in per_example:
-            s = source(index)
-            out.append((batch_kind, index) if s == BATCH else (TAKEN, (index, s)))
+    out: list[OutputEntry] = []
+    for entry in plan:
+        if isinstance(entry, LocalOutput):
+            out.append(replace(entry, source=source(entry.index) if entry.index in per_example else None))
+        elif isinstance(entry, Output) and entry.kind is Kind.PER_REPLICA and entry.index in per_example:
+            s = source(entry.index)
+            out.append(Output(Kind.PER_EXAMPLE, entry.index) if s == BATCH else TakenOutput(entry.index, s))
         else:
-            out.append((kind, index))
+            out.append(entry)
     return out
