@@ -60,8 +60,8 @@ class CollectiveStats:
                     f"({self.num_replicas} replicas){loops}")
         rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
                     "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
-                    "tensor bytes, all-gather (N-1)/N x tensor bytes, reduce-scatter (N-1) x its piece's bytes, broadcast 2(N-1)/N x tensor bytes: it is lowered "
-                    "as an all-reduce), times its repeats")
+                    "tensor bytes, all-gather (N-1)/N x tensor bytes, reduce-scatter (N-1) x its piece's bytes, "
+                    "broadcast 2(N-1)/N x tensor bytes: it is lowered as an all-reduce), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
