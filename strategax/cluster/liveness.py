@@ -145,13 +145,33 @@ def request(address: str, message: str, timeout: float = 2.0) -> str | None:
     return words[1] if len(words) == 2 and words[0] == MAGIC else None
 
 
+# An HTTP/2 client's connection preface and an empty SETTINGS frame: a live gRPC server (JAX's
+# coordination service) answers with its own SETTINGS frame; a stopped one accepts the connection
+# (the kernel does) but sends nothing.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+H2_SETTINGS = 4
+
+
+def _grpc_answers(address: str, timeout: float) -> bool:
+    """Whether the gRPC server at `address` answers an HTTP/2 preface (its SETTINGS frame)."""
+    with socket.create_connection(split_address(address), timeout=timeout) as s:
+        s.sendall(H2_PREFACE)
+        data = b""
+        while len(data) < 9:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            data += chunk
+    return len(data) >= 9 and data[3] == H2_SETTINGS
+
+
 def probe(address: str, ping: bool, timeout: float = 2.0) -> str:
-    """"alive", "dead" (nothing listens: the process is gone) or "unresponsive". Without
-    `ping` (the coordinator, whose port is JAX's service) a connection is enough."""
+    """"alive", "dead" (nothing listens: the process is gone) or "unresponsive" (hung or
+    stopped). Without `ping` (the coordinator, whose port is JAX's gRPC coordination service)
+    the service must answer an HTTP/2 preface."""
     try:
         if not ping:
-            socket.create_connection(split_address(address), timeout=timeout).close()
-            return "alive"
+            return "alive" if _grpc_answers(address, timeout) else "unresponsive"
         answer = request(address, "ping", timeout)
     except socket.timeout:
         return "unresponsive"

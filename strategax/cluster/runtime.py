@@ -2,10 +2,11 @@
 and turn a lost worker into a clear error (and a non-zero exit) instead of a hang.
 
 Each worker but the coordinator (worker 0, whose address is JAX's coordination service)
-answers liveness pings on its own TF_CONFIG address (`liveness`). While a step runs longer than
-CHECK_S the watchdog pings the peers every CHECK_S, so a worker lost while a program compiles or
-waits in a collective is named within seconds; a failed collective or a step that outlives its
-bound makes the worker ping its peers to name the lost ones.
+answers liveness pings on its own TF_CONFIG address (`liveness`). The watchdog pings the peers
+every CHECK_S for the worker's whole life: a peer that has not answered for the heartbeat timeout
+(hung, or stopped with SIGSTOP) ends this worker, named, with exit status 1, before JAX's own
+heartbeat check would abort it; while a step runs, a dead peer ends it at once; a failed
+collective or a step that outlives its bound makes the worker ping its peers to name the lost ones.
 """
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from typing import Callable
 
 import jax
 
-from .peers import Peers
+from .liveness import probe
+from .peers import RESTART, Peers
 from .watcher import stand_down, start_watcher
 
 STARTUP_SLACK_S = 60.0  # a program's first step also compiles
-CHECK_S = 1.0  # how often the peers are pinged while a step is in flight
+CHECK_S = 1.0  # how often the peers are pinged
+SURVIVORS_EXIT_S = 10.0  # how long a coordinator that found a hung peer waits for the other survivors to exit
+HEARTBEAT_TIMEOUT_S = 10.0  # a peer silent this long is hung (MultiWorkerMirroredStrategy(heartbeat_timeout_seconds=))
 
 
 class WorkerLostError(RuntimeError):
@@ -46,13 +50,16 @@ def current() -> "WorkerRuntime | None":
 class WorkerRuntime:
     """This process's view of the job: who the workers are, and the bound on each step."""
 
-    def __init__(self, peers: Peers, timeout_seconds: float | None, server=None):
-        self.peers, self.timeout = peers, timeout_seconds
+    def __init__(self, peers: Peers, timeout_seconds: float | None, server=None,
+                 heartbeat_seconds: float = HEARTBEAT_TIMEOUT_S):
+        self.peers, self.timeout, self.heartbeat = peers, timeout_seconds, heartbeat_seconds
+        self._last_heard = {i: time.monotonic() for i in peers.others}  # when each peer last answered
         self._server = server  # answers pings (kept alive with the runtime)
         self._exit_code = 0  # non-zero once this worker knows the job cannot go on
         self._started: set = set()
         self._inflight = False  # a step is running
         self._next_check = 0.0  # when the watchdog pings the peers next
+        self._step_started = 0.0  # when the step in flight began
         self._deadline: float | None = None  # when the step in flight outlives its bound
         self._cond = threading.Condition()
         global _latest
@@ -96,7 +103,7 @@ class WorkerRuntime:
             bound = self.timeout + (STARTUP_SLACK_S if key not in self._started else 0.0)
         with self._cond:
             now = time.monotonic()
-            self._inflight, self._next_check = True, now + CHECK_S
+            self._inflight, self._step_started = True, now
             self._deadline = None if bound is None else now + bound
             self._cond.notify()
         try:
@@ -114,12 +121,10 @@ class WorkerRuntime:
             self._started.add(key)
 
     def _watch(self) -> None:
-        """While a step runs: past CHECK_S, ping the peers every CHECK_S (a dead one ends this
-        worker, named); past the step's bound, end it naming who does not answer."""
+        """Every CHECK_S: ping the peers; one silent for the heartbeat timeout ends this worker,
+        named. While a step runs, a dead peer ends it too, and so does the step's bound."""
         while True:
             with self._cond:
-                while not self._inflight:
-                    self._cond.wait()
                 now = time.monotonic()
                 wake = self._next_check if self._deadline is None else min(self._next_check, self._deadline)
                 if now < wake:
@@ -128,11 +133,38 @@ class WorkerRuntime:
                 deadline, self._next_check = self._deadline, now + CHECK_S
             if deadline is not None and now >= deadline:
                 self._die(f"a step did not finish within timeout_seconds={self.timeout:g} (CommunicationOptions)")
-            dead = [i for i, s in self.peers.probe_all().items() if s == "dead"]
-            with self._cond:
-                running = self._inflight
+            states = self.peers.probe_all()
+            now = time.monotonic()
+            for i, state in states.items():
+                if state == "alive":
+                    self._last_heard[i] = now
+            silent = [i for i, s in states.items()
+                      if s == "unresponsive" and now - self._last_heard[i] >= self.heartbeat]
+            if silent:
+                self._die_hung(silent)
+            dead = [i for i, s in states.items() if s == "dead"]
+            with self._cond:  # a step past CHECK_S: a peer that died after finishing it is no fault
+                running = self._inflight and now - self._step_started >= CHECK_S
             if dead and running:
                 self._die("a step could not finish", dead)
+
+    def _die_hung(self, silent: list[int]) -> None:
+        """Peers alive but silent past the heartbeat timeout: name them and exit 1 (JAX's own
+        heartbeat check, set longer, would abort this process with SIGABRT later)."""
+        who = "; ".join(f"worker {i} stopped responding (no heartbeat for {self.heartbeat:g} s): "
+                        f"{self.peers.describe(i)} is hung or stopped" for i in silent)
+        print(f"WorkerLostError: {self.peers.me()}: {who}. {RESTART}", file=sys.stderr, flush=True)
+        stand_down()
+        if self.peers.index == 0:  # the coordinator goes last: its end makes JAX abort the others
+            self._await_exit([i for i in self.peers.others if i not in silent], SURVIVORS_EXIT_S)
+        os._exit(1)
+
+    def _await_exit(self, peers: list[int], limit: float) -> None:
+        """Wait (at most `limit` seconds) until `peers` are gone: they found the fault too."""
+        deadline = time.monotonic() + limit
+        while peers and time.monotonic() < deadline:
+            peers = [i for i in peers if probe(self.peers.addresses[i], ping=True, timeout=0.5) != "dead"]
+            time.sleep(0.1)
 
     def _die(self, what: str, dead=None) -> None:
         """Name the lost peers and exit: the step is stuck inside XLA, nothing here can unblock it."""
@@ -140,7 +172,7 @@ class WorkerRuntime:
             dead, slow = self.peers.find_lost()
         else:
             slow = []
-        print(self.peers.lost_message(what, dead, slow), file=sys.stderr, flush=True)
+        print(f"WorkerLostError: {self.peers.lost_message(what, dead, slow)}", file=sys.stderr, flush=True)
         stand_down()
         os._exit(1)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ from .errors import ClusterStartError
 from .liveness import Server, one_line, request
 from .peers import Peers
 
-JOIN_TIMEOUT_S = 120.0  # how long a worker waits for the others to start
+JOIN_TIMEOUT_S = 120.0  # how long a worker waits for the others to start (join_timeout_seconds=)
 NOTIFY_S = 10.0  # how long a failing worker keeps trying to tell the others
 POLL_S = 0.1
 
@@ -128,7 +129,8 @@ def _handshake(peers: Peers, timeout: float) -> tuple[Server | None, _Handler]:
                     notify(peers, [i for i in peers.others if i in handler.ready], reason, window=2.0)
                     raise ClusterStartError(
                         f"{peers.me()}: {', '.join(peers.describe(i) for i in missing)} did not start "
-                        f"within {timeout:g} s", "start every worker of TF_CONFIG's cluster")
+                        f"within {timeout:g} s", "start every worker of the cluster, or give them longer: "
+                        "MultiWorkerMirroredStrategy(join_timeout_seconds=...)")
                 time.sleep(POLL_S)
         finally:
             server.close()  # the coordination service takes the port next
@@ -148,7 +150,8 @@ def _handshake(peers: Peers, timeout: float) -> tuple[Server | None, _Handler]:
             raise ClusterStartError(
                 f"{peers.me()}: {peers.describe(0)} did not answer the start-up handshake within {timeout:g} s "
                 "(it has not started, or another program holds its port)",
-                "start worker 0, or give it a free port in TF_CONFIG")
+                "start worker 0, or give it a free port in TF_CONFIG (or longer to start: "
+                "MultiWorkerMirroredStrategy(join_timeout_seconds=...))")
         time.sleep(POLL_S)
 
 
@@ -181,7 +184,7 @@ def join(peers: Peers, heartbeat_s: int, timeout: float = JOIN_TIMEOUT_S) -> Ser
         jax.distributed.initialize(
             coordinator_address=peers.addresses[0], num_processes=len(peers.addresses),
             process_id=peers.index, coordinator_bind_address=peers.addresses[0],
-            initialization_timeout=int(timeout), heartbeat_timeout_seconds=heartbeat_s,
+            initialization_timeout=max(1, math.ceil(timeout)), heartbeat_timeout_seconds=heartbeat_s,
             shutdown_timeout_seconds=heartbeat_s)
         with _gloo_bound_to(host):
             jax.devices()  # the CPU backend and its gloo transport start here

@@ -16,7 +16,9 @@ import jax
 import numpy as np
 
 from ..cluster import ClusterResolver, Peers, TFConfigClusterResolver, WorkerRuntime, join
-from ..errors import DistributionRuntimeError, DistributionValueError, check_type
+from ..cluster.runtime import HEARTBEAT_TIMEOUT_S
+from ..cluster.startup import JOIN_TIMEOUT_S
+from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
 from ..variables.buffers import VarBuffer, first_replica_value
 from .extended import StrategyExtended
 from .multi_worker_input import MultiWorkerInputMixin
@@ -26,7 +28,7 @@ from .strategy import Strategy
 _initialized: tuple | None = None  # (addresses, index, liveness server) this process joined with
 
 
-def _join(peers: Peers, timeout: float | None):
+def _join(peers: Peers, timeout: float | None, heartbeat: float, join_timeout: float):
     """Join the cluster once per process (`cluster.join`): this worker's liveness server."""
     global _initialized
     if _initialized is not None:
@@ -43,9 +45,10 @@ def _join(peers: Peers, timeout: float | None):
             "process already ran JAX computations (or listed its devices)",
             "create the strategy at the start of the program, before any other JAX call")
     # JAX's coordination service aborts every process once a peer misses heartbeats: let the
-    # step bound (timeout_seconds) fire first, so the survivor names the lost worker itself.
-    beat = math.ceil(timeout) + 10 if timeout is not None else 100
-    server = join(peers, heartbeat_s=beat)
+    # step bound (timeout_seconds) and strategax's heartbeat timeout fire first, so the survivor
+    # names the lost worker itself and exits 1.
+    beat = max(math.ceil(timeout) + 10 if timeout is not None else 100, math.ceil(heartbeat) + 30)
+    server = join(peers, heartbeat_s=beat, timeout=join_timeout)
     _initialized = (peers.addresses, peers.index, server)
     return server
 
@@ -68,12 +71,32 @@ class MultiWorkerExtended(StrategyExtended):
     should_save_summary = should_checkpoint
 
 
+def _seconds(value, what: str, default: float) -> float:
+    """A positive number of seconds (None: `default`)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DistributionTypeError(f"{what} must be a number of seconds or None, not {type(value).__name__} "
+                                    f"{value!r:.40}", f"pass {what}={default:g} (seconds), or leave it out")
+    if not value > 0:
+        raise DistributionValueError(f"{what} must be positive, not {value!r}",
+                                     f"pass a positive number of seconds (the default is {default:g})")
+    return float(value)
+
+
 class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
-    """Synchronous data parallelism over the devices of several worker processes."""
+    """Synchronous data parallelism over the devices of several worker processes.
+
+    strategax's own arguments: `join_timeout_seconds` (default 120) bounds how long a worker
+    waits for the others to start; `heartbeat_timeout_seconds` (default 10) is how long a peer
+    may not answer before this worker names it hung and exits 1."""
 
     _shards_optimizer_state = True  # slots split over all replicas of all workers
 
-    def __init__(self, cluster_resolver=None, communication_options: CommunicationOptions | None = None):
+    def __init__(self, cluster_resolver=None, communication_options: CommunicationOptions | None = None, *,
+                 join_timeout_seconds: float | None = None, heartbeat_timeout_seconds: float | None = None):
+        join_timeout = _seconds(join_timeout_seconds, "join_timeout_seconds", JOIN_TIMEOUT_S)
+        heartbeat = _seconds(heartbeat_timeout_seconds, "heartbeat_timeout_seconds", HEARTBEAT_TIMEOUT_S)
         if cluster_resolver is None:
             cluster_resolver = TFConfigClusterResolver()
         if not isinstance(cluster_resolver, ClusterResolver):
@@ -92,8 +115,8 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
         self._runtime = None
         if self._num_workers > 1:
             peers = Peers.of(addresses, self._worker_index, cluster_resolver.worker_tasks())
-            server = _join(peers, communication_options.timeout_seconds)
-            self._runtime = WorkerRuntime(peers, communication_options.timeout_seconds, server)
+            server = _join(peers, communication_options.timeout_seconds, heartbeat, join_timeout)
+            self._runtime = WorkerRuntime(peers, communication_options.timeout_seconds, server, heartbeat)
             devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
         else:
             devices = list(jax.local_devices())

@@ -39,7 +39,7 @@ hold: the analysis does not follow rows through it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 from math import prod
 
 import numpy as np
@@ -57,32 +57,63 @@ _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batc
 _SHAPE_OPS = ("jax.broadcast_in_dim", "jax.reshape", "jax.convert_element_type", "jax.squeeze")
 
 
-GAPS = "padding_gaps"  # module attribute: ((file, line, message, fix, when), ...)
+GAPS = "padding_gaps"  # module attribute: the Gap entries, as plain tuples
 # when a gap raises: a call with any padded row, or only one whose real counts differ across replicas
 PADDED, UNEVEN = "padded", "uneven"
-PADDED_RESULTS = "padded_results"  # module attribute: ((result, axis, "arg" | "out", index), ...)
+PADDED_RESULTS = "padded_results"  # module attribute: the PaddedResult entries, as plain tuples
+
+
+class Gap(NamedTuple):
+    """A place the analysis cannot follow the rows: the user's line, what happens there, the fix,
+    and when a call raises for it (PADDED: any padded row; UNEVEN: real counts that differ)."""
+
+    file: str
+    line: int
+    message: str
+    fix: str
+    when: str
+
+
+class PaddedResult(NamedTuple):
+    """Result `result` of the entry function is padded along `axis`; its real extent is argument
+    `index` (`source` "arg") or the function's result `index` (`source` "out")."""
+
+    result: int
+    axis: int
+    source: str
+    index: int
+
+
+def padding_gaps(module: Module) -> tuple[Gap, ...]:
+    """The module's `padding_gaps` (after the pass, or read back from IR text)."""
+    return tuple(Gap(*g) for g in module.attrs.get(GAPS, ()))
+
+
+def padded_results(module: Module) -> tuple[PaddedResult, ...]:
+    """The module's `padded_results` (after the pass, or read back from IR text)."""
+    return tuple(PaddedResult(*p) for p in module.attrs.get(PADDED_RESULTS, ()))
 
 
 def _where(op: Operation | None) -> tuple[str, int]:
     return (op.loc.file, op.loc.line) if op is not None and op.loc is not None else ("<unknown>", 0)
 
 
-class _Gaps(list):
+class _Gaps(list[Gap]):
     """The places the analysis cannot follow the rows, as `padding_gaps` entries."""
 
     def add(self, op: Operation | None, message: str, fix: str = _FIX, when: str = PADDED) -> None:
-        entry = (*_where(op), message, fix, when)
+        entry = Gap(*_where(op), message, fix, when)
         if entry not in self:
             self.append(entry)
 
 
-def gaps_raised(gaps: tuple, padded: bool, uneven: bool) -> tuple:
+def gaps_raised(gaps: tuple[Gap, ...], padded: bool, uneven: bool) -> tuple[Gap, ...]:
     """The gaps a call meets: those of any padding where it brings padded rows, the others only
     where its real counts differ across replicas."""
-    return tuple(g for g in gaps if uneven or (padded and g[4] == PADDED))
+    return tuple(g for g in gaps if uneven or (padded and g.when == PADDED))
 
 
-def padding_gap_error(gaps: tuple, extents: bool = False) -> DistributionValueError:
+def padding_gap_error(gaps: tuple[Gap, ...], extents: bool = False) -> DistributionValueError:
     """The error a call with a partial batch (`extents`: with values whose shapes differ across
     replicas) raises for the `padding_gaps` it meets."""
     file, line, message, fix, _ = gaps[0]
@@ -425,12 +456,14 @@ def _gather_real(every: list[Block], rows: _Rows, num_replicas: int) -> bool:
 
 
 def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: _Gaps,
-           producer: dict) -> tuple[tuple[int, ...], tuple]:
+           producer: dict) -> tuple[tuple[int, ...], tuple[PaddedResult, ...]]:
     """(per_example_results, padded_results) of `func` (step 6); appends the counts that are
     not arguments to its results."""
     body = func.body
     args = {a: i for i, a in enumerate(body.args)}
-    per_example, padded, out = [], [], {}
+    per_example: list[int] = []
+    padded: list[PaddedResult] = []
+    out: dict[Value, int] = {}
     for i, v in enumerate(list(body.results)):
         axes = rows.axes(v)
         if axes == [0] and rows.of(v, 0) in batch_counts and rows.of(v, 0) in args:
@@ -439,12 +472,12 @@ def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: 
             count = rows.of(v, axis)
             assert count is not None  # `axes` are the axes that have one
             if count in args:
-                padded.append((i, axis, "arg", args[count]))
+                padded.append(PaddedResult(i, axis, "arg", args[count]))
             elif home.get(count) is body:
                 if count not in out:
                     out[count] = len(body.results)
                     body.results.append(count)
-                padded.append((i, axis, "out", out[count]))
+                padded.append(PaddedResult(i, axis, "out", out[count]))
             else:
                 gaps.add(producer.get(v) or producer.get(count), f"a result ({v.type}) carries padded entries along "
                          f"axis {axis} whose real count is made inside a loop or branch, so they cannot be trimmed",
@@ -486,8 +519,8 @@ class MaskPadding:
         rewrite_blocks(module, _drop_marks)
         if per_example:
             module.attrs["per_example_results"] = per_example
-        if padded:
-            module.attrs[PADDED_RESULTS] = padded
+        if padded:  # plain data, as IR attributes are
+            module.attrs[PADDED_RESULTS] = tuple(tuple(p) for p in padded)
         if gaps:
-            module.attrs[GAPS] = tuple(gaps)
+            module.attrs[GAPS] = tuple(tuple(g) for g in gaps)
         return True

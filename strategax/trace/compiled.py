@@ -13,7 +13,7 @@ import numpy as np
 from ..backends import Executable
 from ..backends.layout import ReplicaLayout
 from ..ir import Module, TensorType
-from ..passes.mask_padding import GAPS, PADDED_RESULTS, gaps_raised, padding_gap_error
+from ..passes.mask_padding import PaddedResult, gaps_raised, padded_results, padding_gap_error, padding_gaps
 from .batches import Streams, per_example
 from .batches.takes import InputPlan
 from .distributed_values import Mirrored, PerReplica, PerReplicaBatch, is_distributed
@@ -55,10 +55,10 @@ class _Compiled:
         self.fast_builds = 0  # FastCall shortcuts built for this specialization
         self.variables = list(variables)
         self.memory: MemoryStats | None = None  # once asked for (it needs XLA's compilation)
-        self.gaps = self.module.attrs.get(GAPS, ())  # where rows are not followed: partial batches raise
-        self.padded: dict[int, list] = {}  # result -> [(axis, "arg" | "out", index)]: its real extents
-        for result, axis, source, index in self.module.attrs.get(PADDED_RESULTS, ()):
-            self.padded.setdefault(result, []).append((axis, source, index))
+        self.gaps = padding_gaps(self.module)  # where rows are not followed: partial batches raise
+        self.padded: dict[int, list[PaddedResult]] = {}  # result -> where its real extents come from
+        for entry in padded_results(self.module):
+            self.padded.setdefault(entry.result, []).append(entry)
 
     def check_gaps(self, sig: Signature) -> None:
         """Raise the error of the first gap this call meets: one where rows are not followed,
@@ -137,10 +137,10 @@ class _Compiled:
         array, layout = outs[index], self.executable.out_layouts[index]
         n = layout.num_replicas
         cuts: list[dict[int, int]] = [{} for _ in range(n)]
-        for axis, source, at in self.padded[index]:
-            counts = np.asarray(args[at] if source == "arg" else outs[at]).reshape(-1)
+        for entry in self.padded[index]:
+            counts = np.asarray(args[entry.index] if entry.source == "arg" else outs[entry.index]).reshape(-1)
             for r, c in enumerate(np.broadcast_to(counts, (n,))):
-                cuts[r][axis] = int(c)
+                cuts[r][entry.axis] = int(c)
         if layout.per_replica:
             return PerReplica([trim(c, cut) for c, cut in zip(PerReplica._from_global(array, layout).values, cuts)])
         assert all(cut == cuts[0] for cut in cuts), "mask-padding: a replicated output with differing extents"

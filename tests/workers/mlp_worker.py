@@ -1,6 +1,7 @@
 """One worker of a multi-worker MLP training job (launched by tests/test_multi_worker.py).
 
-Usage: mlp_worker.py STEPS [TIMEOUT_SECONDS]. Reads TF_CONFIG; the device count comes from
+Usage: mlp_worker.py STEPS [TIMEOUT_SECONDS [HEARTBEAT_SECONDS [JOIN_SECONDS]]] ("none": the
+default). Reads TF_CONFIG; the device count comes from
 XLA_FLAGS set by the launcher. Prints "step N" after each step and, at the end, one JSON line
 with the loss per step and the final parameters (as seen by this worker).
 """
@@ -11,9 +12,10 @@ import time
 import strategax as sx  # before any JAX computation: the strategy joins the cluster first
 
 steps = int(sys.argv[1])
-timeout = float(sys.argv[2]) if len(sys.argv) > 2 else None
+timeout, heartbeat, join = (float(a) if a != "none" else None for a in (sys.argv[2:] + ["none"] * 3)[:3])
 strategy = sx.MultiWorkerMirroredStrategy(
-    communication_options=sx.CommunicationOptions(timeout_seconds=timeout))
+    communication_options=sx.CommunicationOptions(timeout_seconds=timeout), heartbeat_timeout_seconds=heartbeat,
+    join_timeout_seconds=join)
 
 import numpy as np  # noqa: E402
 

@@ -13,13 +13,14 @@ import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, cast
 
 import jax
 
 from ...cluster.ray import cloudpickle, dumps, ray_module
 from ...errors import DistributionTypeError, check_callable, check_mapping
 from .errors import WorkersLostError
+from .messages import Done, Raised, Resource, RunOutcome, ServerLost
 from .strategy import ParameterServerStrategy
 from .values import Failure, PerWorkerDataset, PerWorkerValues, RemoteValue
 
@@ -93,7 +94,7 @@ class ClusterCoordinator:
         self._work = _Work()
         self._failure: Failure | None = None  # the first failure since join() last raised
         self._functions: dict[int, tuple[Any, list]] = {}  # id(fn) -> (fn, holder)
-        self._resources: list[tuple[int, str, Any]] = []  # made on every worker, in order
+        self._resources: list[Resource] = []  # made on every worker, in order
         self._resource_lock = threading.Lock()
         self._resource_ids = itertools.count()
         self._serving = self._cluster.num_workers
@@ -155,7 +156,7 @@ class ClusterCoordinator:
         ray = ray_module()
         with self._resource_lock:
             resource_id = next(self._resource_ids)
-            self._resources.append((resource_id, kind, payload))
+            self._resources.append(Resource(resource_id, kind, payload))
             calls = [w.make_resource.remote(resource_id, kind, payload) for w in self._cluster.workers]
             for call in calls:
                 try:
@@ -204,7 +205,8 @@ class ClusterCoordinator:
             self._done_with(closure, Failure.raised(e))
             return True
         try:
-            status = ray.get(self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob))
+            outcome: RunOutcome = cast(RunOutcome, ray.get(
+                self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob)))
         except ray.exceptions.RayActorError:  # the worker died: its function runs elsewhere
             self._done_with(closure, again=True)
             restarts[0] += 1
@@ -215,20 +217,20 @@ class ClusterCoordinator:
         except ray.exceptions.RayError as e:
             self._done_with(closure, Failure.raised(e))
             return True
-        self._finish(closure, status)
+        self._finish(closure, outcome)
         return True
 
-    def _finish(self, closure: Closure, status: Sequence) -> None:
-        kind = status[0]
-        for uid, var_keys, slot_refs in status[-1]:
-            self._strategy._adopt_slots(uid, var_keys, slot_refs)
-        if kind == "ok":
-            closure.value._set(status[1])
-            self._done_with(closure)
-        elif kind == "ps_lost":
-            self._done_with(closure, Failure.server_lost(status[2]))
-        else:
-            self._done_with(closure, Failure.raised(cloudpickle().loads(status[1])))
+    def _finish(self, closure: Closure, outcome: RunOutcome) -> None:
+        for group in outcome.created:
+            self._strategy._adopt_slots(group.uid, group.var_keys, group.slot_refs)
+        match outcome:
+            case Done(result=result):
+                closure.value._set(result)
+                self._done_with(closure)
+            case ServerLost(message=message):
+                self._done_with(closure, Failure.server_lost(message))
+            case Raised(error=error):
+                self._done_with(closure, Failure.raised(cloudpickle().loads(error)))
 
     def _restart(self, index: int) -> bool:
         """Start worker `index` again and make its per-worker datasets; False if it cannot start."""

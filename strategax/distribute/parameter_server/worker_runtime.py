@@ -20,6 +20,7 @@ from ...input import DatasetsFromFunction, DistributedDataset
 from ...trace.distributed_values import DistributedValues, is_distributed
 from ...variables import Variable
 from . import current
+from .messages import Done, Raised, RunOutcome, ServerLost as ServerLostReport, SlotGroup, Update
 from .remote_buffer import VarRef
 from .shadow import RecordBuffer, ShadowBuffer, store
 from .worker_optimizer import WorkerOptimizer
@@ -60,7 +61,7 @@ class WorkerRuntime:
         self.functions: dict[int, Callable] = {}
         self.used: dict[int, set] = {}  # function token -> the copies its last run used (fetched up front)
         self.resources: dict[int, Any] = {}  # per-worker datasets and their iterators
-        self.created: list = []  # slot groups made in this function, reported to the coordinator
+        self.created: list[SlotGroup] = []  # slot groups made in this function, reported to the coordinator
         self._making = None  # what the variable being made is: ("copy", ref), ("slot", ...), ("record",)
 
     # --- variables ------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ class WorkerRuntime:
         that copy), and the coordinator hears of it."""
         for i, slot in enumerate(group.slots):
             group.slots[i] = self.shadows.get(slot._store.ref.key) or self._attach_records(slot)
-        self.created.append((uid, [r.key for r in refs], [s._store.ref for s in group.slots]))
+        self.created.append(SlotGroup(uid, [r.key for r in refs], [s._store.ref for s in group.slots]))
 
     def optimizer_of(self, uid: int, *state) -> WorkerOptimizer:
         if uid not in self.optimizers:
@@ -164,13 +165,15 @@ class WorkerRuntime:
 
     def _push(self, closure_id: int) -> None:
         """Send this function's updates: one atomic `apply` per server."""
-        updates: dict[int, list] = {}
+        updates: dict[int, list[Update]] = {}
         for var in self.shadows.values():
             copy = store(var, ShadowBuffer)
             update = copy.update()
             if update is not None:
-                updates.setdefault(copy.ref.ps, []).append((copy.ref.id, *update))
-        pending = [(ps, self.servers[ps].apply.remote(closure_id, ups)) for ps, ups in updates.items()]
+                updates.setdefault(copy.ref.ps, []).append(Update(copy.ref.id, *update))
+        # plain tuples on the wire: a server process does not import strategax
+        pending = [(ps, self.servers[ps].apply.remote(closure_id, [tuple(u) for u in ups]))
+                   for ps, ups in updates.items()]
         for ps, ref in pending:
             self._get(ps, ref)
 
@@ -183,9 +186,8 @@ class WorkerRuntime:
             fn = self.functions[token] = cloudpickle().loads(ray.get(holder[0]))
         return fn
 
-    def run(self, closure_id: int, token: int, holder: list, args_blob: bytes):
-        """Run a scheduled function: ("ok", result, created slots), ("ps_lost", ps, message, []),
-        or ("error", pickled exception, created slots)."""
+    def run(self, closure_id: int, token: int, holder: list, args_blob: bytes) -> RunOutcome:
+        """Run a scheduled function: Done, ServerLost or Raised (messages.py)."""
         self.step += 1
         self.created, self._used = [], set()
         for var in self.shadows.values():
@@ -198,11 +200,11 @@ class WorkerRuntime:
                 result = _to_host(fn(*args, **kwargs))
             self._push(closure_id)
             self.used[token] = self._used
-            return "ok", result, self.created
+            return Done(result, self.created)
         except ServerLost as e:
-            return "ps_lost", e.ps, str(e), []
+            return ServerLostReport(e.ps, str(e), [])
         except Exception as e:  # noqa: BLE001 - handed to the coordinator, which raises it
-            return "error", _pickled(e), self.created
+            return Raised(_pickled(e), self.created)
 
     def make_resource(self, resource_id: int, kind: str, payload) -> None:
         """A per-worker dataset (`payload`: a pickled dataset_fn) or an iterator of one (its id)."""
