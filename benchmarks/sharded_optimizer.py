@@ -92,7 +92,7 @@ def main() -> None:
         print(f"{name:>9}: optimizer slots {m.optimizer_slots / 2**20:8.2f} MiB/device, variables "
               f"{m.variables / 2**20:7.2f} MiB, peak {m.peak / 2**20:8.2f} MiB (XLA: arguments "
               f"{xla.argument_size_in_bytes / 2**20:.2f} MiB, peak {xla.peak_memory_in_bytes / 2**20:.2f} MiB); "
-              f"{stats.collectives.count} collectives, {stats.collectives.bytes_per_replica / 2**20:.2f} MiB "
+              f"{stats.count} collectives, {stats.bytes_per_replica / 2**20:.2f} MiB "
               "moved per replica")
 
     t_sharded, t_plain, ratios = abba(lambda: sharded(*batch), lambda: plain(*batch), args.rounds, args.steps)

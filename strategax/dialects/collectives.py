@@ -384,7 +384,7 @@ shard_p.def_abstract_eval(_sharded_abstract)
 reduce_scatter_p.def_effectful_abstract_eval(lambda x, **params: (_sharded_abstract(x, **params), {COLLECTIVE}))
 
 
-def _padded(x, n: int, xp):
+def padded(x, n: int, xp):
     """`x` flattened and padded with zeros to a multiple of n."""
     flat = xp.reshape(x, (-1,))
     return xp.pad(flat, (0, shard_size(flat.shape[0], n) * n - flat.shape[0]))
@@ -432,14 +432,14 @@ def _lower_shard(op, args, ctx):
     k = op.result.type.shape[0]
     if n == 1:  # the whole value: no replica index (one replica of several logical devices has none)
         return [jnp.reshape(args[0], (-1,))]
-    return [lax.dynamic_slice_in_dim(_padded(args[0], n, jnp), lax.axis_index(ctx.axis_name) * k, k)]
+    return [lax.dynamic_slice_in_dim(padded(args[0], n, jnp), lax.axis_index(ctx.axis_name) * k, k)]
 
 
 def _lower_reduce_scatter(op, args, ctx):
     n = op.attrs["num_replicas"]
     if n == 1:  # a reduction over one replica: the flattened value, no collective
         return [jnp.reshape(args[0], (-1,))]
-    piece = lax.psum_scatter(_padded(args[0], n, jnp), ctx.axis_name, scatter_dimension=0, tiled=True)
+    piece = lax.psum_scatter(padded(args[0], n, jnp), ctx.axis_name, scatter_dimension=0, tiled=True)
     if op.attrs["op"] == "mean":
         piece = piece / n if jnp.issubdtype(piece.dtype, jnp.inexact) else piece // n
     return [piece.astype(op.result.type.dtype)]
@@ -453,9 +453,9 @@ def _reference_pieces(op, values: list, ctx) -> list:
 LOWERINGS["sx.shard"] = _lower_shard
 LOWERINGS["sx.reduce_scatter"] = _lower_reduce_scatter
 REFERENCE["sx.shard"] = lambda op, args, ctx: [_reference_pieces(
-    op, [_padded(np.asarray(x), op.attrs["num_replicas"], np) for x in args[0]], ctx)]
+    op, [padded(np.asarray(x), op.attrs["num_replicas"], np) for x in args[0]], ctx)]
 REFERENCE["sx.reduce_scatter"] = lambda op, args, ctx: [_reference_pieces(
-    op, [_padded(reference_reduce(op.attrs["op"], args[0]), op.attrs["num_replicas"], np)] * len(args[0]), ctx)]
+    op, [padded(reference_reduce(op.attrs["op"], args[0]), op.attrs["num_replicas"], np)] * len(args[0]), ctx)]
 
 
 def shard(x, num_replicas: int, reason: str, serves: str | None = None):
