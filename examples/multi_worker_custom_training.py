@@ -12,6 +12,10 @@ The data are random images of MNIST's shape (each class a noisy template): no do
     # one terminal per worker (TF_CONFIG as in the tutorial, task index 0 and 1)
     TF_CONFIG='{"cluster": {"worker": ["localhost:12345", "localhost:23456"]},
                 "task": {"type": "worker", "index": 0}}' python examples/multi_worker_custom_training.py
+    # one command: 2 workers on Ray (a local Ray cluster; `--ray-address auto` joins `ray start`'s)
+    python examples/multi_worker_custom_training.py --ray 2
+    # one machine, all its devices
+    python examples/multi_worker_custom_training.py
 """
 from __future__ import annotations
 
@@ -115,18 +119,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=float, default=None, help="CommunicationOptions.timeout_seconds")
     args = parser.parse_args(argv)
 
+    # Define Strategy (first: its cluster, from TF_CONFIG, Ray Train or this machine alone, gives
+    # the number of workers; the tutorial reads it from TF_CONFIG)
+    strategy = sx.MultiWorkerMirroredStrategy(
+        communication_options=sx.CommunicationOptions(timeout_seconds=args.timeout))
+
     per_worker_batch_size = args.per_worker_batch
-    tf_config = json.loads(os.environ['TF_CONFIG'])
-    num_workers = len(tf_config['cluster']['worker'])
+    num_workers = strategy.cluster_resolver.cluster_spec().num_tasks('worker') or 1
     global_batch_size = per_worker_batch_size * num_workers
 
     num_epochs = args.epochs
     num_steps_per_epoch = args.steps_per_epoch
     checkpoint_dir = args.checkpoint_dir
-
-    # Define Strategy
-    strategy = sx.MultiWorkerMirroredStrategy(
-        communication_options=sx.CommunicationOptions(timeout_seconds=args.timeout))
 
     import jax  # after the strategy: it joins the cluster before JAX starts
     import jax.numpy as jnp
@@ -220,5 +224,44 @@ def main(argv: list[str] | None = None) -> dict:
     return history
 
 
+# --- on a Ray cluster -----------------------------------------------------------------------
+def train_loop_per_worker(config: dict) -> None:
+    """What each Ray Train worker runs: the same `main`, its cluster from Ray Train."""
+    history = main(config["argv"])
+    if config.get("out"):  # one JSON file of the history per worker
+        import ray.train
+
+        rank = ray.train.get_context().get_world_rank()
+        with open(os.path.join(config["out"], f"worker{rank}.json"), "w") as f:
+            json.dump(history, f)
+
+
+def run_on_ray(argv: list[str], num_workers: int, address: str | None = None, max_failures: int = 0):
+    """Start `num_workers` workers of this script on the Ray cluster at `address` ("auto": the
+    one `ray start` made; None: a new local one) with Ray Train, restarted up to `max_failures`
+    times from the last checkpoint when a worker is lost."""
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.jax import JaxTrainer
+
+    ray.init(address=address)
+    trainer = JaxTrainer(train_loop_per_worker, train_loop_config={"argv": argv},
+                         scaling_config=ScalingConfig(num_workers=num_workers),
+                         run_config=RunConfig(failure_config=FailureConfig(max_failures=max_failures)))
+    return trainer.fit()
+
+
 if __name__ == "__main__":
-    print(json.dumps(main()), flush=True)
+    import sys
+
+    argv = sys.argv[1:]
+    if "--ray" in argv:  # python multi_worker_custom_training.py --ray 2 [--ray-address auto] ...
+        at = argv.index("--ray")
+        workers, argv = int(argv[at + 1]), argv[:at] + argv[at + 2:]
+        address = None
+        if "--ray-address" in argv:
+            at = argv.index("--ray-address")
+            address, argv = argv[at + 1], argv[:at] + argv[at + 2:]
+        run_on_ray(argv, workers, address, max_failures=3)
+    else:
+        print(json.dumps(main(argv)), flush=True)

@@ -8,9 +8,10 @@ from .cluster import WorkerLostError
 from . import distribute
 from .distribute import *  # noqa: F401,F403  (the public Strategy API)
 from .distribute.parameter_server import ParameterServerLostError
+from . import keras
 from .checkpoint import Checkpoint, CheckpointManager, PreemptionCheckpointHandler, latest_checkpoint
 from .errors import (CheckpointError, DistributionRuntimeError, DistributionTypeError, DistributionValueError,
-                     OutOfRangeError, StrategaxError)
+                     InternalError, OutOfRangeError, StrategaxError)
 from .input import AutoShardPolicy, DistributedDataset, InputContext, InputOptions, Optional
 from .trace import (DistributedValues, Mirrored, PerReplica, StrategyFunction, TensorSpec, import_jaxpr,  # noqa: A004
                     profile, range)
@@ -26,9 +27,10 @@ _use_renderer(_render_report)
 
 __version__ = "0.1.0"
 __all__ = [
-    "backends", "cluster_resolver", "data", "experimental", "ir", "metrics", "nn", "passes",
+    "backends", "cluster_resolver", "data", "experimental", "ir", "keras", "metrics", "nn", "passes",
     "Checkpoint", "CheckpointError", "CheckpointManager", "DistributedDataset", "DistributedValues",
     "DistributionRuntimeError", "DistributionTypeError", "DistributionValueError", "InputContext", "InputOptions",
+    "InternalError",
     "Mirrored", "AutoShardPolicy", "MirroredVariable", "Optimizer", "OutOfRangeError", "PerReplica",
     "PreemptionCheckpointHandler",
     "Optional", "ParameterServerLostError", "StrategaxError", "StrategyFunction", "TensorSpec",

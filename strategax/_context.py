@@ -33,6 +33,7 @@ class _State(threading.local):
 
 _state = _State()
 _default_factory: Callable[[], Any] | None = None
+_scope_hooks: list[Callable[[Any], None]] = []
 
 
 # --- the strategy stack ------------------------------------------------------------------
@@ -54,6 +55,15 @@ def push(strategy, replica_context=None, in_merge: bool = False) -> Iterator[Non
 def enter(strategy) -> None:
     """Enter `strategy`'s cross-replica context until `leave` (a `scope()` object's entry)."""
     _state.stack.append(Entry(strategy))
+    for hook in _scope_hooks:
+        hook(strategy)
+
+
+def add_scope_hook(hook: Callable[[Any], None]) -> None:
+    """Call `hook(strategy)` whenever a strategy's scope is entered (`strategax.keras` installs
+    its Keras adapter there once Keras is imported, so importing strategax never imports Keras)."""
+    if hook not in _scope_hooks:
+        _scope_hooks.append(hook)
 
 
 def leave(strategy) -> None:
@@ -71,6 +81,8 @@ def set_global(strategy) -> bool:
     if _state.stack:
         return False
     _state.stack.insert(0, Entry(strategy, is_global=True))
+    for hook in _scope_hooks:
+        hook(strategy)
     return True
 
 

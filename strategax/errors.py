@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -87,6 +88,98 @@ class CheckpointError(StrategaxError, ValueError):
 class OutOfRangeError(StrategaxError, RuntimeError):
     """An input iterator has no batch left for a `next()` inside a compiled function
     (TensorFlow's `tf.errors.OutOfRangeError`); the call ran nothing and took nothing."""
+
+
+class InternalError(StrategaxError, RuntimeError):
+    """A bug in strategax, not in the user's program: an exception that is not one of
+    strategax's named errors (a KeyError, an AssertionError...) escaped a pass, the import of
+    the traced program, its lowering or a compiled call. The original is its `__cause__`;
+    `stage` names where it happened, `op` the IR op being worked on (when known), and the
+    message names the user's line that op came from."""
+
+    stage: str = ""
+
+
+REPORT = ("this is a bug in strategax, not in your program: please report it with this message, the "
+          "traceback of its cause and the program (STRATEGAX_DUMP_TO=DIR writes its IR after every pass)")
+
+
+def is_named(err: BaseException) -> bool:
+    """Whether `err` is one of strategax's own errors (a misuse error, a parse or verify error,
+    a lost worker...), which reach the user as they are."""
+    return isinstance(err, StrategaxError) or type(err).__module__.split(".")[0] == "strategax"
+
+
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+
+
+def _call_site() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside strategax, JAX and Python's own library (a
+    `with` block's exit runs in contextlib): the user's call that reached the failure."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (_is_internal(name) or os.path.abspath(name).startswith(_STDLIB) or _generated_by_strategax(frame)):
+            return name, frame.f_lineno
+        frame = frame.f_back
+    return "<unknown>", 0
+
+
+def _op_of(err: BaseException) -> Any:
+    """The IR op (or JAX equation) the innermost frame of `err`'s traceback that held one was
+    working on: a local named `op` or `eqn`."""
+    found, tb = getattr(err, "op", None), err.__traceback__
+    if found is not None:
+        return found
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        for name in ("op", "eqn"):
+            candidate = local.get(name)
+            if candidate is not None and (hasattr(candidate, "loc") or hasattr(candidate, "source_info")):
+                found = candidate
+        tb = tb.tb_next
+    return found
+
+
+def _describe(op: Any) -> tuple[str, tuple[str, int] | None]:
+    """(how the message names `op`, the user's (file, line) it came from, if known)."""
+    if hasattr(op, "loc"):  # an IR op
+        loc = op.loc
+        results = ", ".join(f"%{r.name}" for r in getattr(op, "results", ()) if getattr(r, "name", None))
+        return f"{op.name}{f' (defining {results})' if results else ''}", (loc.file, loc.line) if loc else None
+    where = None
+    try:  # a JAX equation: its user frame
+        from jax._src import source_info_util
+        frame = source_info_util.user_frame(op.source_info.traceback)
+        if frame is not None:
+            where = (frame.file_name, frame.start_line)
+    except Exception:  # noqa: BLE001 - the location is a courtesy; the error stands without it
+        pass
+    return f"the equation {op.primitive}", where
+
+
+def internal_error(cause: BaseException, stage: str, op: Any = None, detail: str | None = None) -> InternalError:
+    """The InternalError for `cause` (not a named error) raised in `stage` at `op` (found in the
+    traceback when not given); raise it `from cause`."""
+    op = op if op is not None else _op_of(cause)
+    at, location = _describe(op) if op is not None else ("", None)
+    text = detail or f"{type(cause).__name__}: {cause}"
+    error = InternalError(f"internal error in {stage}{f' at {at}' if at else ''}: {text}", REPORT,
+                          location=location or _call_site())
+    error.stage, error.op = stage, op
+    return error
+
+
+@contextmanager
+def internal_stage(stage: str, keep: tuple[type, ...] = ()) -> Iterator[None]:
+    """Re-raise any exception from the block that is not a named error (nor one of `keep`) as
+    an InternalError naming `stage`."""
+    try:
+        yield
+    except Exception as e:
+        if is_named(e) or isinstance(e, keep):
+            raise
+        raise internal_error(e, stage) from e
 
 
 # --- argument checks: each raises the matching error naming the user's line and a fix -------

@@ -12,6 +12,9 @@ from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# every pass manager verifies the module after each pass (passes/manager.py): a pass that
+# breaks the module fails at that pass, naming it, in every test
+os.environ.setdefault("STRATEGAX_VERIFY", "1")
 # The suite runs with the compilation cache on, as users get it, but in a folder of its own
 # (never the user's, shared by the worker processes it starts), removed when it ends.
 _CACHE = tempfile.mkdtemp(prefix="strategax-test-cache-")

@@ -48,8 +48,8 @@ def _block_after(marker: str) -> str:
 
 def test_the_page_shows_the_repository_code():
     # Intent: the pass and the test the page tells a reader to copy are the files that run here.
-    assert _block_after("file: strategax/passes/fold_double_negation.py") == \
-        (REPO / "strategax/passes/fold_double_negation.py").read_text()
+    assert _block_after("file: strategax/passes/examples/fold_double_negation.py") == \
+        (REPO / "strategax/passes/examples/fold_double_negation.py").read_text()
     assert _block_after("excerpt: tests/test_fold_double_negation.py") in Path(__file__).read_text()
 
 

@@ -18,6 +18,7 @@ LAYERS = [
     {"trace", "cluster"},
     {"variables", "input"},
     {"distribute", "checkpoint"},
+    {"keras"},  # the Keras adapter: uses strategies, input, variables and trace; nothing below imports it
     {"nn", "cluster_resolver", "tools", "data", "metrics", "experimental"},  # facades and command lines
     {"__init__"},  # `import strategax as sx`: the public names
 ]
@@ -145,13 +146,16 @@ def test_nothing_under_ir_imports_jax():
 
 
 def test_importing_strategax_does_not_import_ray():
-    # Intent: Ray is optional (`strategax[ps]`) and heavy: only a ParameterServerStrategy
-    # imports it, when it starts its actors.
+    # Intent: Ray is optional (`strategax[ray]`) and heavy: only a ParameterServerStrategy
+    # imports it, when it starts its actors, and a MultiWorkerMirroredStrategy inside a Ray
+    # Train worker (where Ray is imported already); a one-machine MultiWorkerMirroredStrategy,
+    # which looks for Ray Train, does not import it.
     import subprocess
     import sys
 
-    code = ("import sys, strategax, strategax.experimental; "
+    code = ("import sys, strategax, strategax.experimental; strategax.MultiWorkerMirroredStrategy(); "
             "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))[:5]")
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT.parent), JAX_PLATFORMS="cpu")
+    env.pop("TF_CONFIG", None)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -43,8 +43,8 @@ def test_every_collective_declares_its_traffic():
 
 def test_stats_charge_each_traffic_class_its_ring_bytes():
     # Intent: 4 replicas, f32[8] (32 bytes): an all-reduce sends 2 * 3/4 * 32 = 48 bytes, an
-    # all-gather of f32[8] pieces (a 128-byte result) 3/4 * 128 = 96, a broadcast (lowered as an
-    # all-reduce) 48.
+    # all-gather of f32[8] pieces (a 128-byte result) 3/4 * 128 = 96, a broadcast (lowered as a
+    # tree of point-to-point sends: every other replica receives the 32 bytes once) 3/4 * 32 = 24.
     module = sx.ir.parse("""module @m attributes {num_replicas = 4} {
   func @main(%x: f32[8] per_replica) -> (f32[8] mirrored, f32[32] mirrored, f32[8] mirrored) {
     %a = sx.all_reduce %x {op = "sum", reason = "r"} : f32[8] mirrored
@@ -55,5 +55,30 @@ def test_stats_charge_each_traffic_class_its_ring_bytes():
 }
 """)
     stats = collective_stats(module)
-    assert [(c.kind, c.bytes_moved) for c in stats.collectives] == [("sum", 48), ("gather", 96), ("broadcast", 48)]
-    assert stats.bytes_per_replica == 48 + 96 + 48
+    assert [(c.kind, c.bytes_moved) for c in stats.collectives] == [("sum", 48), ("gather", 96), ("broadcast", 24)]
+    assert stats.bytes_per_replica == 48 + 96 + 24
+
+
+def test_broadcast_tree_gives_every_replica_the_source_value():
+    # Intent: the point-to-point tree that lowers sx.broadcast reaches every replica, for replica
+    # counts that are not powers of two and any source: each replica ends with the source's
+    # value (checked against NumPy: component `source` of the input, everywhere), bools too.
+    import jax
+    import numpy as np
+    for n, source in [(2, 1), (3, 2), (5, 0), (6, 4), (7, 3), (8, 5)]:
+        for dtype, t in ((np.float32, "f32"), (np.bool_, "bool")):
+            module = sx.ir.parse(f"""module @m attributes {{num_replicas = {n}}} {{
+  func @main(%x: {t}[2] per_replica) -> ({t}[2] mirrored) {{
+    %b = sx.broadcast %x {{source = {source}, reason = "b"}} : {t}[2] mirrored
+    return %b
+  }}
+}}
+""")
+            comps = [(np.arange(2) + 10 * r).astype(dtype) if dtype != np.bool_ else
+                     np.asarray([r % 2 == 1, r == source]) for r in range(n)]
+            mesh = sx.backends.make_mesh(jax.devices()[:n])
+            out = sx.backends.Executable(module, mesh)(np.concatenate(comps))[0]
+            copies = [np.asarray(s.data) for s in out.addressable_shards]  # every replica's copy
+            assert len(copies) == n
+            for r, copy in enumerate(copies):
+                np.testing.assert_array_equal(copy, comps[source], err_msg=f"{n} replicas, source {source}, {t}: {r}")

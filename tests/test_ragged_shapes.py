@@ -247,3 +247,23 @@ def test_random_widths_like_numpy(widths, call, compiled):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
     else:
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_gather_of_a_captured_value_differing_on_axis0(n):
+    # TensorFlow's testGatherDiffShapeAtAxis0 in a tf.function: the PerReplica is captured from
+    # the enclosing scope, not passed; TF captures by value, so its components are constants.
+    rec = json.loads((pathlib.Path(__file__).parent / "data/tf/trust.json").read_text())["scenarios"]
+    want = rec[f"gather_diff_shape_axis0_captured_r{n}"]["result"]
+    strategy = mirrored(n)
+    ones = strategy.experimental_distribute_values_from_function(
+        lambda c: jnp.ones((c.replica_id_in_sync_group + 1, 1), jnp.int32))
+    floats = strategy.experimental_distribute_values_from_function(
+        lambda c: (jnp.arange(c.replica_id_in_sync_group + 1, dtype=jnp.float32)
+                   + 10.0 * c.replica_id_in_sync_group).reshape(-1, 1))
+    calls = {"gather_ones": lambda: strategy.gather(ones, axis=0),
+             "gather_floats": lambda: strategy.gather(floats, axis=0),
+             "reduce_sum_floats": lambda: strategy.reduce("SUM", floats, axis=0),
+             "reduce_mean_floats": lambda: strategy.reduce("MEAN", floats, axis=0)}
+    for name, body in calls.items():
+        assert_tree(strategy.function(body)(), want[name])

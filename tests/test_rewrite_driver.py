@@ -4,10 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import strategax as sx
 from strategax import ir
 from strategax.ir import Locality, Operation, TensorType, Value
 from strategax.passes import PassManager, PassOrderError, get_pass, parse_pipeline
-from strategax.passes.rewrite import BlockRewriter
+from strategax.passes.rewrite import BlockRewriter, rewrite_blocks
 
 F32 = TensorType((3,), np.dtype("float32"), Locality.PER_REPLICA)
 
@@ -148,3 +149,46 @@ def test_the_tools_run_under_python_OO():
             proc.kill()
     for proc, (stdout, stderr) in zip(procs, outs):
         assert proc.returncode == 0 and "usage:" in stdout, stderr
+
+
+def test_commit_refuses_to_erase_an_op_whose_result_is_still_read():
+    # Intent: as xDSL's erase_op(safe_erase=True): erasing an op whose result a kept op reads,
+    # or the block yields, is refused at commit, naming the erased op and its reader; the
+    # block is left as it was.
+    block, x, a, b, c = _block()
+    rw = BlockRewriter(block)
+    rw.erase(b)  # c still reads b's result
+    with pytest.raises(RuntimeError, match=r"erased jax.exp \(%exp\), but jax.add \(%add\) still reads its "
+                       r"result %exp"):
+        rw.commit()
+    assert block.ops == [a, b, c]
+    rw = BlockRewriter(block)
+    rw.erase(c)  # the block yields c's result
+    with pytest.raises(RuntimeError, match=r"erased jax.add \(%add\), but the block still yields its result %add"):
+        rw.commit()
+    rw = BlockRewriter(block)
+    rw.replace(b, [x])  # a replaced op's readers read the replacement: allowed
+    assert rw.commit() and block.ops == [a, c]
+
+
+def test_a_pass_that_erases_a_read_op_is_an_internal_error_naming_it(monkeypatch):
+    # Intent: through the pass manager the refusal is an sx.InternalError naming the pass, the
+    # passes before it, the op and the op's user line, with the rewriter's error as its cause.
+    from strategax.passes import dce
+    module = ir.parse('''module @m {
+  func @main(%x: f32[3] per_replica) -> (f32[3] per_replica) {
+    %a = jax.neg %x : f32[3] per_replica loc("train.py":7)
+    return %a
+  }
+}''')
+
+    def erase_all(rw):
+        for op in rw.ops():
+            rw.erase(op)
+    monkeypatch.setattr(dce.DeadCodeElimination, "apply", lambda self, m: rewrite_blocks(m, erase_all))
+    with pytest.raises(sx.InternalError) as info:
+        PassManager([get_pass("canonicalize"), get_pass("dce")]).run(module)
+    text = str(info.value)
+    assert text.startswith("train.py:7: internal error in pass 'dce' (passes before it: canonicalize) at jax.neg"), text
+    assert "but the block still yields its result %a" in text and "please report it" in text, text
+    assert isinstance(info.value.__cause__, RuntimeError) and info.value.op is module.main.body.ops[0]

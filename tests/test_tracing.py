@@ -170,3 +170,25 @@ def test_python_side_effects_happen_at_trace_time(strategy):
     strategy.run(fn, args=(values,))
     strategy.run(fn, args=(values,))
     assert seen == [(3,)]
+
+
+def test_stats_of_broadcast_and_real_gather(strategy):
+    # Intent: a broadcast (an ONLY_FIRST_REPLICA variable's update) and a gather of a partial
+    # batch's real rows (sx.all_gather_real) each move (N-1)/N of their bytes per replica, as
+    # stats' legend says (an all-reduce moves twice that); before issue 35 both were charged 2x.
+    with strategy.scope():
+        v = sx.Variable(np.zeros(5, np.float32), aggregation=sx.VariableAggregation.ONLY_FIRST_REPLICA)
+    comps, values = per_replica_inputs(strategy, (5,))
+    step = strategy.function(lambda x: strategy.run(lambda x: v.assign(x), args=(x,)))
+    step(values)
+    np.testing.assert_array_equal(v.read_value(), comps[0])
+    [c] = step.stats(values).collectives
+    assert (c.op, c.payload_bytes, c.bytes_moved) == ("sx.broadcast", 20, 20 * (N - 1) // N)
+
+    rows = np.arange(18, dtype=np.float32).reshape(6, 3)  # 6 rows in a batch of 8: a partial batch
+    batch = next(iter(strategy.experimental_distribute_dataset(sx.data.Dataset.from_tensor_slices(rows).batch(8))))
+    gather = strategy.function(lambda b: strategy.gather(b, axis=0))
+    np.testing.assert_array_equal(gather(batch), rows)
+    [c] = gather.stats(batch).collectives
+    # the gathered f32[8, 3] (96 bytes) and every replica's i32 row count (4 x 4 bytes)
+    assert (c.op, c.payload_bytes, c.bytes_moved) == ("sx.all_gather_real", 96 + 16, (96 + 16) * (N - 1) // N)

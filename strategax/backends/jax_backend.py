@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 
 from ..dialects import LOWERINGS, generic_lowering
 from ..dialects.logical import constrain_propagated
+from ..errors import internal_error, is_named
 from ..ir import Block, Locality, Module, TensorType, has_collective, lookup
 from . import compile_cache
 from .inflight import throttle
@@ -41,10 +42,20 @@ class LoweringContext:
             rule = LOWERINGS.get(op.name, generic_lowering)
             if self._collectives_are_identities and _identity_on_one_replica(op):
                 rule = _identity
-            with op_metadata(op):  # XLA's metadata names the IR op and the user's line
-                outs = rule(op, [env[id(v)] for v in op.operands], self)
-            for r, x in zip(op.results, outs):
-                env[id(r)] = constrain_propagated(op, r, x, self)
+            try:
+                with op_metadata(op):  # XLA's metadata names the IR op and the user's line
+                    outs = rule(op, [env[id(v)] for v in op.operands], self)
+                for r, x in zip(op.results, outs):
+                    env[id(r)] = constrain_propagated(op, r, x, self)
+            except Exception as e:  # a rule's KeyError, a JAX error from what it built: a bug
+                if is_named(e):
+                    raise
+                raise internal_error(e, "the lowering to JAX", op) from e
+        missing = [v for v in block.results if id(v) not in env]
+        if missing:
+            err = KeyError(missing[0].name)
+            raise internal_error(err, "the lowering to JAX",
+                                 detail=f"the block yields %{missing[0].name}, which no op defines") from err
         return [env[id(v)] for v in block.results]
 
 

@@ -5,9 +5,11 @@ from .cluster_spec import ClusterSpec
 from .errors import ClusterConfigError, ClusterStartError
 from .peers import Peers
 from .ray import RayClusterResolver
+from .ray_train import RayTrainClusterResolver, default_resolver
 from .runtime import WorkerLostError, WorkerRuntime
 from .startup import join
 from .tf_config import TFConfigClusterResolver
 
 __all__ = ["ClusterConfigError", "ClusterResolver", "ClusterSpec", "ClusterStartError", "Peers", "RayClusterResolver",
-           "SimpleClusterResolver", "TFConfigClusterResolver", "WorkerLostError", "WorkerRuntime", "join"]
+           "RayTrainClusterResolver", "SimpleClusterResolver", "TFConfigClusterResolver", "WorkerLostError",
+           "WorkerRuntime", "default_resolver", "join"]

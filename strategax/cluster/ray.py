@@ -26,8 +26,8 @@ def ray_module():
         import ray
         import ray.exceptions  # imported by ray itself; named here so that type checkers know it
     except ImportError:
-        raise ClusterStartError("ParameterServerStrategy runs on Ray, which is not installed",
-                                'pip install "strategax[ps]"') from None
+        raise ClusterStartError("Ray is not installed (parameter-server jobs and Ray Train jobs run on it)",
+                                'pip install "strategax[ray]"') from None
     return ray
 
 

@@ -12,7 +12,9 @@ along a padded axis concatenates only the real entries (mask-padding's `sx.all_g
 
 A PerReplica whose components differ in shape ("ragged", as TensorFlow allows: arrays of
 different lengths, or a dataset whose replicas get 2 and 3 rows) is combined on the host by
-an eager `gather` or `reduce(op, v, axis=k)`; `run` takes one that differs only along the
+an eager `gather` or `reduce(op, v, axis=k)`, and by one in a compiled function that captured
+it (not passed as an argument: its components are constants of the program, as TensorFlow
+captures by value); `run` takes one that differs only along the
 batch axis as a padded batch (`ragged_as_batches`), and one that differs on other axes padded
 to one shape (`trace.extents`). Where the result has no meaning (a reduction without axis,
 pieces that do not line up) it raises, as TensorFlow does.
@@ -114,7 +116,7 @@ def reduce(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
     if not any(is_distributed(x) for x in leaves):
         return _reduce_plain(strategy, op, value, axis)
     tracing = _context.is_tracing()
-    if not tracing and any(is_ragged(x) for x in leaves):
+    if any(is_ragged(x) for x in leaves):  # eager, or captured by a compiled function: host values
         return _map(lambda x: _reduce_ragged(op, x, axis) if is_ragged(x) else reduce(strategy, op, x, axis), value)
     for x in leaves:
         if is_distributed(x) and x.form is not Form.TRACED:
@@ -211,13 +213,14 @@ def _check_even(value: Any, axis: int | None = None, gather: bool = False) -> No
 def gather(strategy, value: Any, axis: int) -> Any:
     """`strategy.gather(value, axis)` of checked arguments."""
     value = jax.tree_util.tree_map(_gather_variable(strategy, axis), value, is_leaf=_is_mirrored_variable)
+    leaves = _leaves(value)
+    if any(is_ragged(x) for x in leaves):  # eager, or captured by a compiled function (TensorFlow
+        # captures by value): the components are on the host, their concatenation a constant
+        return _map(lambda x: _gather_ragged(x, axis) if is_ragged(x) else gather(strategy, x, axis), value)
     if _context.is_tracing():
         return _gather_tree(strategy, value, axis)
-    leaves = _leaves(value)
     if not any(is_distributed(x) for x in leaves):
         return value
-    if any(is_ragged(x) for x in leaves):
-        return _map(lambda x: _gather_ragged(x, axis) if is_ragged(x) else gather(strategy, x, axis), value)
     _check_even(value, axis, gather=True)
     fn = eager_function(strategy, ("gather", axis), lambda: lambda value: _gather_tree(strategy, value, axis), "gather")
     return fn(value)

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..cluster import ClusterResolver, Peers, TFConfigClusterResolver, WorkerRuntime, join
+from ..cluster import ClusterResolver, Peers, WorkerRuntime, default_resolver, join
 from ..cluster.runtime import HEARTBEAT_TIMEOUT_S
 from ..cluster.startup import JOIN_TIMEOUT_S
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
@@ -97,8 +97,8 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
                  join_timeout_seconds: float | None = None, heartbeat_timeout_seconds: float | None = None):
         join_timeout = _seconds(join_timeout_seconds, "join_timeout_seconds", JOIN_TIMEOUT_S)
         heartbeat = _seconds(heartbeat_timeout_seconds, "heartbeat_timeout_seconds", HEARTBEAT_TIMEOUT_S)
-        if cluster_resolver is None:
-            cluster_resolver = TFConfigClusterResolver()
+        if cluster_resolver is None:  # TF_CONFIG's, Ray Train's inside a Ray Train worker, or this machine
+            cluster_resolver = default_resolver(join_timeout)
         if not isinstance(cluster_resolver, ClusterResolver):
             raise DistributionValueError(
                 f"cluster_resolver must be a ClusterResolver, not {type(cluster_resolver).__name__}",

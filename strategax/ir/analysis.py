@@ -2,8 +2,10 @@
 
 Bytes moved per replica follow the ring algorithms, by the traffic class each collective
 declares (`OpDef.traffic`, `opdefs.TRAFFIC`): an all-reduce of B bytes sends 2(N-1)/N * B per
-replica, an all-gather producing B bytes sends (N-1)/N * B, a reduce-scatter producing B bytes
-(1/N of the tensor reduced) (N-1) * B: with the all-gather of its pieces, an all-reduce's bytes. A collective
+replica, an all-gather producing B bytes (`sx.all_gather_real` too: its pieces and every
+replica's count) and a broadcast of B bytes send (N-1)/N * B, a reduce-scatter producing B bytes
+(1/N of the tensor reduced) (N-1) * B: with the all-gather of its pieces, an all-reduce's bytes.
+A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -60,8 +62,8 @@ class CollectiveStats:
                     f"({self.num_replicas} replicas){loops}")
         rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
                     "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
-                    "tensor bytes, all-gather (N-1)/N x tensor bytes, reduce-scatter (N-1) x its piece's bytes, "
-                    "broadcast 2(N-1)/N x tensor bytes: it is lowered as an all-reduce), times its repeats")
+                    "tensor bytes, all-gather and broadcast (N-1)/N x tensor bytes, reduce-scatter (N-1) x its "
+                    "piece's bytes), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -77,6 +79,14 @@ def _traffic(op: Operation) -> str:
     return traffic
 
 
+def _payload(op: Operation, n: int) -> int:
+    """The bytes a collective carries: its results' (a bucket's, all of them); an
+    `sx.all_gather_real`'s gathered tensor and every replica's count (its total is not sent)."""
+    if op.name == "sx.all_gather_real":
+        return op.results[0].type.nbytes + n * op.results[1].type.nbytes
+    return sum(r.type.nbytes for r in op.results)
+
+
 def collective_stats(module: Module) -> CollectiveStats:
     n = int(module.attrs.get("num_replicas", 1))
     stats = CollectiveStats(n)
@@ -85,9 +95,9 @@ def collective_stats(module: Module) -> CollectiveStats:
         for op in block.ops:
             if is_collective(op):
                 t = op.results[0].type
-                nbytes = sum(r.type.nbytes for r in op.results)
+                nbytes = _payload(op, n)
                 shape, members = t.shape, ()
-                if len(op.results) > 1:  # a bucket: one flat buffer of all its tensors
+                if op.name == "sx.all_reduce_bucket":  # one flat buffer of all its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)

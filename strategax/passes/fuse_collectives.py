@@ -5,7 +5,9 @@ unless it would take the bucket past `bytes_per_pack` (then the bucket closes; a
 than the limit is a bucket of its own) — TensorFlow's packing rule. `bytes_per_pack` comes
 from the op's attribute (set from `CommunicationOptions`), else from the pass option; 0 packs
 a whole group into one bucket. A tensor that depends on an open bucket's result closes that
-bucket, so every bucket can run where its last member was. Buckets of two or more become one
+bucket, so every bucket can run where its last member was; so does one that follows, through
+ops with effects (whose order is kept), a write of a member's result (a variable's aggregated
+update read back). Buckets of two or more become one
 `sx.all_reduce_bucket`; the ops that used a member's result move after it. Values split over
 logical devices are not packed (run after `propagate-sharding`). Reduce-scatters (a sharded
 optimizer's gradients, `shard-optimizer-state`) are packed the same way, by their operands'
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..ir import Block, Module, Operation, Value
+from ..ir import Block, Module, Operation, Value, has_effects
 from .rewrite import BlockRewriter, rewrite_blocks
 
 
@@ -42,12 +44,16 @@ def plan_buckets(block: Block, default_bytes_per_pack: int = 0) -> list[list[Ope
     current: dict[tuple, _Bucket] = {}
     buckets: list[_Bucket] = []
     depends: dict[Value, frozenset] = {}  # value -> buckets (by index) it depends on
+    effects: frozenset = frozenset()  # buckets the last op with effects depends on
     for op in block.ops:
         deps = frozenset()
         for v in op.operands:
             d = depends.get(v)
             if d:
                 deps |= d
+        if has_effects(op):  # ops with effects keep their order: a read after a write of a
+            deps |= effects  # reduced value depends on that reduction like a use of its result
+            effects = frozenset(i for i in deps if buckets[i].open)
         if op.name in _FUSED and _packable(op.result) and (op.name == "sx.all_reduce" or _packable(op.operands[0])):
             for i in deps:  # a member must not wait on an open bucket's result
                 buckets[i].open = False

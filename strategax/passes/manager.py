@@ -3,18 +3,23 @@
 A pass is a small frozen dataclass with a class-level `name` and `requires`, its options as
 fields and one `apply(module) -> bool` that changes the module in place and says whether it
 changed anything. The manager checks that every pass's requirements run before it (or already
-hold on the module it is given), verifies after each pass when asked and, on failure, names the
-pass and those that ran before it.
+hold on the module it is given), verifies after each pass when asked (`verify_each`, on by
+default when the environment has STRATEGAX_VERIFY=1, as the test suite does) and, on failure,
+names the pass and those that ran before it. An exception from a pass that is not one of
+strategax's named errors (a KeyError, an AssertionError...) is a bug: it is re-raised as
+`InternalError` naming the pass, the op and the user's line.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import time
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
 
+from ..errors import internal_error, is_named
 from ..ir import Module, VerifyError, print_module, verify
 
 
@@ -40,7 +45,7 @@ PASSES: dict[str, str] = {
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
     "compress-collectives": "strategax.passes.compress_collectives:CompressCollectives",
     "shard-optimizer-state": "strategax.passes.shard_optimizer_state:ShardOptimizerState",
-    "fold-double-negation": "strategax.passes.fold_double_negation:FoldDoubleNegation",  # docs' example
+    "fold-double-negation": "strategax.passes.examples.fold_double_negation:FoldDoubleNegation",  # docs' example
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
 # before collectives are inserted for it; mask-padding then follows the padded rows through
@@ -135,10 +140,15 @@ def check_requirements(p: Pass, done: list[str], later: list[str], module: Modul
                                  f"show it has: add {need!r} before {p.name!r} in the pipeline")
 
 
+def verify_from_env() -> bool:
+    """STRATEGAX_VERIFY=1: verify the module after every pass (the test suite sets it)."""
+    return os.environ.get("STRATEGAX_VERIFY", "") not in ("", "0")
+
+
 @dataclass
 class PassManager:
     passes: list[Pass]
-    verify_each: bool = False
+    verify_each: bool = field(default_factory=verify_from_env)
     print_after_all: bool = False
     printer: Callable[[str], None] = print
     timings: dict[str, float] = field(default_factory=dict)
@@ -152,7 +162,14 @@ class PassManager:
         for i, p in enumerate(self.passes):
             check_requirements(p, done, names[i + 1:], module)
             start = time.perf_counter()
-            self.changed[p.name] = p.apply(module) or self.changed.get(p.name, False)
+            try:
+                changed = p.apply(module)
+            except Exception as e:
+                if is_named(e):
+                    raise
+                before = ", ".join(done) or "none"
+                raise internal_error(e, f"pass {p.name!r} (passes before it: {before})") from e
+            self.changed[p.name] = changed or self.changed.get(p.name, False)
             self.timings[p.name] = self.timings.get(p.name, 0.0) + time.perf_counter() - start
             done.append(p.name)
             if self.verify_each:

@@ -190,19 +190,46 @@ def _is_row_mask(pred: Value, producer: dict, counts: set[Value]) -> bool:
 
 def _constant(v: Value, producer: dict) -> float | None:
     """The one value every element of `v` has, when `v` is computed from constants alone."""
+    value = _constant_array(v, producer, 0)
+    if value is None:
+        return None
+    values = np.unique(value)
+    return float(values[0]) if values.size == 1 else None
+
+
+_FOLD_BINARY = {"jax.sub": np.subtract, "jax.add": np.add, "jax.mul": np.multiply, "jax.max": np.maximum,
+                "jax.min": np.minimum, "jax.eq": np.equal, "jax.ne": np.not_equal}
+
+
+def _constant_array(v: Value, producer: dict, depth: int) -> np.ndarray | None:
+    """`v`'s value when it is computed from constants alone by a few elementwise ops and
+    reductions (what a library's `divide_no_nan(total, prod(shape))` traces to: Keras' mean
+    losses), else None. Small and bounded: a divisor, not a program."""
     op = producer.get(v)
-    if op is None:
+    if op is None or depth > 12:
         return None
     if op.name == "sx.constant":
-        values = np.unique(np.asarray(op.attrs["value"]))
-        return float(values[0]) if values.size == 1 else None
-    if op.name in _SHAPE_OPS:
-        return _constant(op.operands[0], producer)
-    if op.name in ("jax.sub", "jax.add", "jax.mul", "jax.div") and len(op.operands) == 2:
-        a, b = (_constant(x, producer) for x in op.operands)
-        if a is None or b is None or (op.name == "jax.div" and b == 0):
-            return None
-        return {"jax.sub": a - b, "jax.add": a + b, "jax.mul": a * b, "jax.div": a / b if b else None}[op.name]
+        return np.asarray(op.attrs["value"])
+    maybe = [_constant_array(x, producer, depth + 1) for x in op.operands]
+    args = [a for a in maybe if a is not None]
+    if len(args) != len(maybe):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            if op.name in _SHAPE_OPS:
+                return np.broadcast_to(args[0], v.type.shape) if args[0].size == 1 else \
+                    np.reshape(args[0], v.type.shape)
+            if op.name in _FOLD_BINARY and len(args) == 2:
+                return _FOLD_BINARY[op.name](args[0], args[1])
+            if op.name == "jax.div" and len(args) == 2:
+                return None if np.any(args[1] == 0) else np.divide(args[0], args[1])
+            if op.name == "jax.select_n" and len(args) >= 2:
+                return np.choose(np.asarray(args[0], int), args[1:])
+            if op.name in ("jax.reduce_prod", "jax.reduce_sum") and len(args) == 1:
+                fold = np.prod if op.name == "jax.reduce_prod" else np.sum
+                return np.asarray(fold(args[0], axis=tuple(op.attrs["axes"])))
+    except (KeyError, TypeError, ValueError, IndexError):  # attributes this fold does not know: not constant
+        return None
     return None
 
 

@@ -3,6 +3,8 @@ recorded by a `BlockRewriter` and applied once by `commit`, which says whether a
 
 A pass visits `rw.ops()` in program order; each op's operands already read the values earlier
 replacements put in their place. Maps are keyed by the `Value`/`Operation` itself (identity).
+`commit` refuses to erase an op whose results are still read (by a kept op or by what the
+block yields), naming both: a pass's mistake surfaces at the pass, not as a KeyError later.
 """
 from __future__ import annotations
 
@@ -39,8 +41,13 @@ class BlockRewriter:
         return self._users.get(v, [])
 
     def num_uses(self, v: Value) -> int:
-        """How often `v` is read: by the block's ops and by what the block yields."""
-        return len(self.users(v)) + sum(r is v for r in self.block.results)
+        """How often `v` is read: by the block's ops and by what the block yields, counting the
+        reads of values replaced by `v` so far (a merged duplicate's readers read `v` now)."""
+        count = len(self.users(v)) + sum(r is v for r in self.block.results)
+        for old, (_, kept) in self._remap.items():
+            if old is not v and self.resolve(old) is v:
+                count += sum(u not in kept for u in self.users(old)) + sum(r is old for r in self.block.results)
+        return count
 
     def producer(self, v: Value) -> Operation | None:
         """The op of this block that defines `v` (None for a block argument)."""
@@ -79,7 +86,7 @@ class BlockRewriter:
         self.erase(op)
 
     def erase(self, op: Operation) -> None:
-        """Drop `op` from the block (its results must no longer be read)."""
+        """Drop `op` from the block; `commit` refuses when its results are still read."""
         self._erased.add(op)
         self.changed = True
 
@@ -120,13 +127,31 @@ class BlockRewriter:
             self._emit(op, out)
         for op in out:
             self._redirect(op)
+        results = [self.resolve(v) for v in self.block.results]
+        if self._erased:
+            self._check_erased_unread(out, results)
         self.block.ops[:] = out
-        self.block.results = [self.resolve(v) for v in self.block.results]
+        self.block.results = results
         if self._sort:
             self.changed |= topological_sort(self.block)
         return self.changed
 
     # -- internals -----------------------------------------------------------------------------
+    def _check_erased_unread(self, kept: list[Operation], results: list[Value]) -> None:
+        """Refuse to erase an op whose results are still read (as xDSL's safe erase): by a kept
+        op, or by what the block yields. Raises RuntimeError naming both (a bug of the pass),
+        with the erased op as its `op`."""
+        gone = {r: op for op in self._erased for r in op.results}
+        if not gone:
+            return
+        readers = [(v, f"{_named(user)} still reads {_value(v)}") for user in kept for v in user.operands]
+        readers += [(v, f"the block still yields {_value(v)}") for v in results]
+        for v, reader in readers:
+            if v in gone:
+                error = RuntimeError(f"a rewrite erased {_named(gone[v])}, but {reader}")
+                error.op = gone[v]  # pyright: ignore[reportAttributeAccessIssue]  read by errors._op_of
+                raise error
+
     def _insert(self, where: dict, op: Operation, new_ops: list[Operation]) -> None:
         if new_ops:
             where.setdefault(op, []).extend(new_ops)
@@ -145,6 +170,16 @@ class BlockRewriter:
     def _redirect(self, op: Operation) -> None:
         if self._remap and any(v in self._remap for v in op.operands):
             op.operands = [self.resolve(v, op) for v in op.operands]
+
+
+def _value(v: Value) -> str:
+    return f"its result %{v.name}" if v.name else "its result"
+
+
+def _named(op: Operation) -> str:
+    """`op` for an error message: its name, its named results and the user's line."""
+    results = ", ".join(f"%{r.name}" for r in op.results if r.name)
+    return f"{op.name}{f' ({results})' if results else ''}{f' at {op.loc}' if op.loc else ''}"
 
 
 def rewrite_blocks(module: Module, visit: Callable[[BlockRewriter], None]) -> bool:

@@ -40,12 +40,16 @@ def _gather_sum(op: Operation, gather: Operation) -> list[Operation]:
     return [local, total]
 
 
+def _key(op: Operation) -> tuple:
+    """Collectives with equal keys compute the same value (a compressed copy is another value)."""
+    return (op.name, op.operands[0], op.attrs.get("op", op.attrs.get("axis")), op.attrs.get("compression"))
+
+
 def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int) -> None:
     """A duplicate collective reuses the first; one of a mirrored value is cheapened."""
     x = op.operands[0]
     kind = op.attrs.get("op", op.attrs.get("axis"))
-    # a compressed copy is another value
-    first = seen.setdefault((op.name, x, kind, op.attrs.get("compression")), op.result)
+    first = seen.setdefault(_key(op), op.result)
     if first is not op.result:
         rw.replace(op, [first])
     elif op.name == "sx.all_reduce" and x.type.locality is Locality.MIRRORED:
@@ -66,7 +70,7 @@ def _gathered_sum(rw: BlockRewriter, op: Operation, seen: dict) -> None:
         rw.insert_before(op, new)
         rw.replace(op, [new[-1].result])
         rw.erase(g)
-        seen.pop((g.name, g.operands[0], g.attrs["axis"]), None)  # a later duplicate gathers anew
+        seen.pop(_key(g), None)  # a later duplicate gathers anew
 
 
 def simplify_block(rw: BlockRewriter, num_replicas: int) -> None:

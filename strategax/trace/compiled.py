@@ -12,6 +12,7 @@ import numpy as np
 
 from ..backends import Executable
 from ..backends.layout import ReplicaLayout
+from ..errors import internal_stage
 from ..ir import Module, TensorType
 from ..passes.mask_padding import PaddedResult, gaps_raised, padded_results, padding_gap_error, padding_gaps
 from .batches import Streams, per_example
@@ -151,6 +152,12 @@ class _Compiled:
                                                                          layout.type.locality)))
 
     def __call__(self, sig: Signature):
+        if self.inputs is not None and sig.inputs is None:
+            self.take_inputs(sig)  # the iterators' input pipelines run the user's code: not wrapped
+        with internal_stage("a compiled call", keep=(jax.errors.JaxRuntimeError,)):  # XLA's: out of memory...
+            return self._call(sig)
+
+    def _call(self, sig: Signature):
         args = self.global_args(sig)
         if self.gaps:
             self.check_gaps(sig)

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 from .. import _context, ir
 from ..backends import Executable
 from ..dialects.rows import mark_rows
-from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal
+from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal,
+                      internal_stage)
 from ..ir import Module, TensorType
 from ..ir.analysis import collective_stats
 from ..passes import default_pipeline
@@ -214,12 +215,14 @@ class StrategyFunction:
         outputs = _Outputs(f"the strategy.function {self._name}")  # what the trace returns
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
         closed = self._make_jaxpr(self._flat_fn(sig, dynamic, session, inputs, outputs), sig, dynamic, types, inputs)
-        closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
-        module, variables = self._module(import_jaxpr(closed, types + input_types, "main"), session,
-                                         snapshots, timings)
-        # the results mask-padding found to be per-example come back with each replica's real rows
-        padded = per_example.padded_inputs(sig, dynamic, input_plan)
-        out_plan = per_example.output_plan(module, outputs.plan, padded)
+        with internal_stage("the import of the traced program into the IR"):  # the user's code has run
+            closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+            func = import_jaxpr(closed, types + input_types, "main")
+        module, variables = self._module(func, session, snapshots, timings)
+        with internal_stage("planning the program's outputs"):
+            # the results mask-padding found to be per-example come back with each replica's real rows
+            padded = per_example.padded_inputs(sig, dynamic, input_plan)
+            out_plan = per_example.output_plan(module, outputs.plan, padded)
         return Traced(module, outputs.treedef, out_plan, variables, input_plan, tuple(inputs.whole))
 
     def _flat_fn(self, sig: Signature, dynamic: list[int], session: VarSession, inputs: TraceInputs,
@@ -265,12 +268,13 @@ class StrategyFunction:
                 timings: dict | None) -> tuple[Module, list]:
         """The module around the traced `func`, with its variables, after the pass pipeline."""
         strategy = self._strategy
-        attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
-        module = Module(self._name, attrs, funcs=[func])
-        variables = session.variables_of(module)
-        module.vars = session.decls(variables)
-        if snapshots is not None:
-            snapshots["traced"] = ir.print_module(module)
+        with internal_stage("the import of the traced program into the IR"):
+            attrs = {"num_replicas": strategy.num_replicas_in_sync, **strategy._ir_module_attrs()}
+            module = Module(self._name, attrs, funcs=[func])
+            variables = session.variables_of(module)
+            module.vars = session.decls(variables)
+            if snapshots is not None:
+                snapshots["traced"] = ir.print_module(module)
         module = default_pipeline(snapshots=snapshots, timings={} if timings is None else timings).run(module)
         return module, variables
 
@@ -311,7 +315,8 @@ class StrategyFunction:
 
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
         traced = self._trace(sig, snapshots, timings)
-        return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
+        with internal_stage("the lowering to JAX"):
+            return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,

@@ -17,7 +17,7 @@ OUTDIR=${OUTDIR:-$REPO/tests/data/tf}
 JOBS=${JOBS:-2}
 SCENARIO_TIMEOUT=${SCENARIO_TIMEOUT:-600}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-if [ $# -gt 0 ]; then SELECTED="$*"; else SELECTED="strategy_seed variables input_split checkpoints multi_step multi_worker_input retracing semantics padding losses_metrics loss_scale dataset_shard parameter_server gaps ragged_shapes gradients dataset_ops keras_tutorial"; fi
+if [ $# -gt 0 ]; then SELECTED="$*"; else SELECTED="strategy_seed variables input_split checkpoints multi_step multi_worker_input retracing semantics padding losses_metrics loss_scale dataset_shard parameter_server gaps ragged_shapes gradients dataset_ops keras_tutorial trust"; fi
 
 "$PY" -c 'import tensorflow as tf; print("TensorFlow", tf.__version__)' 2>/dev/null
 TMP=$(mktemp -d)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..ir import Module
-from .rewrite import BlockRewriter, rewrite_blocks
+from strategax.ir import Module
+from strategax.passes.rewrite import BlockRewriter, rewrite_blocks
 
 
 def fold_block(rw: BlockRewriter) -> None:

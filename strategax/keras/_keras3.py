@@ -1,0 +1,285 @@
+"""The one module that touches Keras' internals (Keras 3.15 on JAX; `SUPPORTED` names the
+versions it was checked against, and any other version is refused with the fix).
+
+Keras has no public hook for "run this model's steps through a distribution strategy" on its
+JAX backend, so `install()` wraps, once, a few methods of Keras' classes; each wrapper does what
+Keras does unless the model was compiled inside a strategax scope (or, for the step hooks, a
+strategax replica step of that model is being traced):
+- `Trainer.compile`: records the strategy (TensorFlow's Keras remembers it the same way) and
+  refuses another backend than JAX inside a strategax scope;
+- `JAXTrainer.make_train_function` / `make_test_function` / `make_predict_function`: Keras'
+  public contract for what `fit`/`evaluate`/`predict` call; strategax's (`functions.Runner`);
+- `BaseOptimizer.stateless_apply` and `LossScaleOptimizer.stateless_apply`: the replicas'
+  gradients combined before the update (`steps.StepContext.combine_grads`);
+- `Trainer.compute_loss`: records how the compiled losses combine rows (a mean or a sum);
+- `JAXTrainer._update_metrics_variables`: metrics of the whole batch (`update_metrics`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from .. import _context
+from ..input.padding import batch_mask
+from . import steps
+from .errors import KerasAdapterError, KerasBackendError
+from .functions import Runner
+
+SUPPORTED = ("3.15",)  # Keras major.minor versions this adapter was checked against
+
+_installed = False
+
+
+def check_version(version: str) -> None:
+    """Refuse a Keras this adapter does not know (its internals may differ)."""
+    if not any(version == v or version.startswith(v + ".") for v in SUPPORTED):
+        raise KerasBackendError(
+            f"strategax's Keras adapter supports Keras {', '.join(SUPPORTED)}, not Keras {version}",
+            f"install a supported Keras: pip install \"keras>={SUPPORTED[0]},<{_next(SUPPORTED[-1])}\"")
+
+
+def _next(version: str) -> str:
+    major, minor = version.split(".")
+    return f"{major}.{int(minor) + 1}"
+
+
+def install() -> None:
+    """Wrap Keras' methods (once per process)."""
+    global _installed
+    if _installed:
+        return
+    import keras
+    from keras.src.trainers import trainer as trainer_module
+
+    _installed = True
+    _wrap_compile(trainer_module.Trainer, keras)
+    if keras.backend.backend() != "jax":
+        return  # compile inside a strategax scope raises; nothing else to wrap
+    check_version(keras.__version__)
+    from keras.src.backend.jax import trainer as jax_trainer
+    from keras.src.metrics import reduction_metrics
+    from keras.src.optimizers import base_optimizer, loss_scale_optimizer
+
+    jt = jax_trainer.JAXTrainer
+    for kind in ("train", "test", "predict"):
+        _wrap_make_function(jt, kind)
+    _wrap_compute_loss(trainer_module.Trainer)
+    _wrap_update_metrics(jt)
+    _wrap_mean_update(reduction_metrics.Mean)
+    _wrap_stateless_apply(base_optimizer.BaseOptimizer)
+    _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
+
+
+# --- which models -------------------------------------------------------------------------
+def runner_of(model) -> Runner | None:
+    """The strategax runner of a model compiled inside a strategax scope, else None."""
+    return model.__dict__.get("_sx_runner")
+
+
+def _wrap_compile(cls, keras) -> None:
+    original = cls.compile
+
+    def compile(self, *args, **kwargs):  # noqa: A001 - Keras' name
+        strategy = _context.strategy() if _context.has_strategy() else None
+        if strategy is not None and keras.backend.backend() != "jax":
+            raise KerasBackendError(
+                f"Keras runs on the {keras.backend.backend()!r} backend, and strategax compiles JAX "
+                "programs: a Keras model inside a strategax scope needs Keras' JAX backend",
+                "set KERAS_BACKEND=jax before Keras is imported (os.environ['KERAS_BACKEND'] = 'jax' "
+                "at the top of the program, or in the shell)")
+        original(self, *args, **kwargs)
+        if strategy is not None:
+            object.__setattr__(self, "_sx_runner", Runner(self, strategy, REPLICA_STEPS))
+            for name in ("train_function", "test_function", "predict_function"):
+                object.__setattr__(self, name, None)
+
+    compile.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.compile = compile
+
+
+def _wrap_make_function(cls, kind: str) -> None:
+    name = f"make_{kind}_function"
+    original = getattr(cls, name)
+    attr = f"{kind}_function"
+
+    def make_function(self, force=False):
+        runner = runner_of(self)
+        if runner is None:
+            return original(self, force)
+        if getattr(self, attr, None) is not None and not force:
+            return getattr(self, attr)
+        function = runner.make(kind)
+        object.__setattr__(self, attr, function)
+        return function
+
+    make_function.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(cls, name, make_function)
+
+
+# --- inside a replica step ----------------------------------------------------------------
+def _wrap_compute_loss(cls) -> None:
+    original = cls.compute_loss
+
+    def compute_loss(self, *args, **kwargs):
+        loss = original(self, *args, **kwargs)
+        ctx = steps.active()
+        if ctx is not None and ctx.model is self:
+            ctx.loss_reduction = loss_reduction(self)
+        return loss
+
+    compute_loss.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.compute_loss = compute_loss
+
+
+def loss_reduction(model) -> str:
+    """'mean' when every compiled loss is a mean over the batch's elements (Keras' default),
+    'sum' when every one is a sum and nothing else is added; anything else raises."""
+    for layer in model._flatten_layers(include_self=True):
+        if getattr(layer, "activity_regularizer", None) is not None:
+            raise KerasAdapterError(
+                f"the layer {layer.name!r} has an activity regularizer, which Keras divides by the "
+                "batch's static row count: on a partial batch split across replicas that count "
+                "includes padded rows, so strategax cannot give one device's loss",
+                "add the penalty in the model's call as a mean over the batch "
+                "(self.add_loss(ops.mean(...))), or drop the activity regularizer")
+    compile_loss = getattr(model, "_compile_loss", None)
+    flat = getattr(compile_loss, "_flat_losses", None) or []
+    reductions = {getattr(fn, "reduction", None) for _, fn, _, _ in flat}
+    if reductions and reductions <= set(steps.MEAN_REDUCTIONS):
+        return "mean"
+    if reductions == {"sum"} and not model.losses:
+        return "sum"
+    if not reductions:
+        return "mean"  # only added losses (regularization): they do not depend on the rows
+    raise KerasAdapterError(
+        f"the compiled losses reduce the batch as {sorted(map(str, reductions))}: strategax combines "
+        "the replicas' losses exactly when every loss is a mean over the batch "
+        "('sum_over_batch_size', Keras' default) or every loss is a sum",
+        "compile with losses of one kind of reduction (the default, 'sum_over_batch_size', is exact)")
+
+
+def _wrap_stateless_apply(cls) -> None:
+    original = cls.stateless_apply
+
+    def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+        ctx = steps.active()
+        if ctx is None or ctx.kind != "train" or ctx.apply_depth:
+            return original(self, optimizer_variables, grads, trainable_variables)
+        if self is not ctx.model.optimizer:
+            raise KerasAdapterError(
+                "a Keras train_step applied an optimizer other than the model's compiled one",
+                "apply gradients with self.optimizer.stateless_apply(...)")
+        ctx.apply_depth += 1
+        try:
+            grads = ctx.combine_grads(list(grads), ctx.data_rows)
+            return original(self, optimizer_variables, grads, trainable_variables)
+        finally:
+            ctx.apply_depth -= 1
+
+    stateless_apply.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.stateless_apply = stateless_apply
+
+
+def _wrap_update_metrics(cls) -> None:
+    original = cls._update_metrics_variables
+
+    def _update_metrics_variables(self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight):
+        ctx = steps.active()
+        if ctx is None or ctx.model is not self:
+            return original(self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
+        return update_metrics(ctx, self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
+
+    _update_metrics_variables.__wrapped__ = original  # type: ignore[attr-defined]
+    cls._update_metrics_variables = _update_metrics_variables
+
+
+def update_metrics(ctx: steps.StepContext, model, metrics_variables, unscaled_loss, x, y, y_pred,
+                   sample_weight):
+    """Keras' metric update for the whole batch: each replica's increment from zero (padded rows
+    weighted 0, the loss weighted by the real rows), summed across replicas, added to the state."""
+    from keras.src import backend
+
+    if model._compile_loss is not None and model._compile_loss.metrics:
+        raise KerasAdapterError(
+            "a model with several outputs tracks a loss per output, weighted by the batch's static "
+            "row count; strategax does not combine those across replicas exactly yet",
+            "train a model with one output (or one compiled loss) under strategax for now")
+    for metric in model.metrics:
+        if type(metric).__name__ == "R2Score":
+            raise KerasAdapterError(
+                f"the metric {metric.name!r} (R2Score) counts samples by the batch's static size, "
+                "which on a partial batch split across replicas includes padded rows",
+                "compute R2 after training from model.predict's rows, or use metrics built on "
+                "keras.metrics.Mean (MeanSquaredError, ...)")
+    n = ctx.real_rows(ctx.data_rows)
+    refs = list(model.metrics_variables)
+    zeros = [jnp.zeros_like(v) for v in metrics_variables]
+    with backend.StatelessScope(state_mapping=list(zip(refs, zeros))) as scope:
+        loss = None if unscaled_loss is None else jnp.where(n > 0, unscaled_loss, jnp.zeros((), unscaled_loss.dtype))
+        if loss is not None:
+            model._loss_tracker.update_state(loss, sample_weight=n.astype(loss.dtype))
+        model.compute_metrics(x, y, y_pred, sample_weight)
+    increments = []
+    for ref, zero in zip(refs, zeros):
+        value = scope.get_current_value(ref)
+        increments.append(zero if value is None else value)
+    summed = steps.sum_metric_increments(ctx, refs, increments)
+    new = [old + inc.astype(old.dtype) for old, inc in zip(metrics_variables, summed)]
+    with backend.StatelessScope(state_mapping=list(zip(refs, new))):
+        logs = model.get_metrics_result()
+    ctx.metrics_out = new
+    return logs, new
+
+
+def _wrap_mean_update(cls) -> None:
+    """`keras.metrics.Mean` (and every MeanMetricWrapper: accuracy, MSE, ...) counts an
+    unweighted batch by its static row count; in a replica step it counts the real rows
+    (weights from `sx.nn.batch_mask`: 1 for real rows, 0 for padded ones)."""
+    original = cls.update_state
+
+    def update_state(self, values, sample_weight=None):
+        ctx = steps.active()
+        if ctx is not None and sample_weight is None and jnp.ndim(values) >= 1:
+            sample_weight = batch_mask(values).astype(jnp.float32)
+        return original(self, values, sample_weight=sample_weight)
+
+    update_state.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.update_state = update_state
+
+
+# --- the replica steps ----------------------------------------------------------------------
+def replica_train(model, state, data):
+    """One replica's `model.train_step(state, data)` with the batch's numbers (see steps.py)."""
+    with steps.StepContext(model, "train") as ctx:
+        ctx.data_rows = steps.leading_rows(data)
+        logs, new_state = model.train_step(state, data)
+    if not ctx.grads_combined:
+        raise KerasAdapterError(
+            "the Keras train_step did not apply its optimizer through self.optimizer.stateless_apply, "
+            "so strategax could not combine the replicas' gradients before the update",
+            "apply gradients with `self.optimizer.stateless_apply(optimizer_variables, grads, "
+            "trainable_variables)` in train_step (Keras' JAX contract)")
+    trainable, non_trainable, optimizer_vars, metrics = new_state
+    non_trainable = steps.combine_non_trainable(ctx, model.non_trainable_variables, state[1], non_trainable)
+    return logs, (trainable, non_trainable, optimizer_vars, metrics)
+
+
+def replica_test(model, state, data):
+    with steps.StepContext(model, "test") as ctx:
+        ctx.data_rows = steps.leading_rows(data)
+        logs, new_state = model.test_step(state, data)
+    trainable, non_trainable, metrics = new_state
+    non_trainable = steps.combine_non_trainable(ctx, model.non_trainable_variables, state[1], non_trainable)
+    return logs, (trainable, non_trainable, metrics)
+
+
+def replica_predict(model, state, data):
+    with steps.StepContext(model, "predict") as ctx:
+        ctx.data_rows = steps.leading_rows(data)
+        outputs, non_trainable = model.predict_step(state, data)
+    non_trainable = steps.combine_non_trainable(ctx, model.non_trainable_variables, state[1], non_trainable)
+    return outputs, (state[0], non_trainable)
+
+
+REPLICA_STEPS: dict[str, Any] = {"train": replica_train, "test": replica_test, "predict": replica_predict}

@@ -1,0 +1,117 @@
+"""What a Keras model compiled in a strategax scope runs for `fit`, `evaluate` and `predict`:
+its `train_function(state, iterator)` (Keras' contract: one call per `steps_per_execution`
+steps, `(logs, state)` back), built from strategax functions of its replica steps.
+
+Each step takes the next global batch from Keras' iterator, splits it across the replicas as
+`experimental_distribute_dataset` does (padded per-replica batches, each replica's real row
+count a hidden input, so full and partial batches share one program), and runs one
+`strategy.function` whose body is `strategy.run` of Keras' own step (`steps.py`). State comes
+back as `Mirrored` values (Keras keeps them between steps, and `jax_state_sync` reads them
+into the model's variables); a result that differs across replicas raises."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from ..input import InputOptions
+from ..trace import Mirrored, PerReplica
+from ..trace.distributed_values import is_distributed
+from .errors import KerasAdapterError
+
+_NO_PREFETCH = InputOptions(experimental_fetch_to_device=False)
+
+
+def _one_shot(iterator) -> Any:
+    """Keras' iterator as a one-shot source of global batches (read one at a time)."""
+    yield from iterator
+
+
+class Runner:
+    """The strategax functions of one Keras model under `strategy`."""
+
+    def __init__(self, model, strategy, replica_steps):
+        self.model, self.strategy = model, strategy
+        self.replica_steps = replica_steps  # kind -> fn(model, state, data) -> outputs (steps.py / _keras3.py)
+        self.functions: dict[str, Any] = {}
+        self._source: tuple[Any, Any] | None = None  # (Keras iterator, its distributed iterator)
+
+    # --- the strategax functions ---------------------------------------------------------
+    def function(self, kind: str):
+        """The `strategy.function` of one `kind` step ("train", "test", "predict")."""
+        f = self.functions.get(kind)
+        if f is None:
+            replica_fn = self.replica_steps[kind]
+            model, strategy = self.model, self.strategy
+
+            def step(state, batch):
+                return strategy.run(replica_fn, args=(model, state, batch))
+
+            step.__name__ = step.__qualname__ = f"keras_{kind}_step"
+            f = self.functions[kind] = strategy.function(step, name=f"{model.name}_{kind}_step")
+        return f
+
+    # --- batches -------------------------------------------------------------------------
+    def next_batch(self, iterator) -> Any:
+        """The next global batch of Keras' `iterator`, split across the replicas (StopIteration
+        at its end, as Keras' step functions raise)."""
+        if self._source is None or self._source[0] is not iterator:
+            dist = self.strategy.experimental_distribute_dataset(_one_shot(iterator), _NO_PREFETCH)
+            self._source = (iterator, iter(dist))
+        return next(self._source[1])
+
+    # --- what Keras calls ----------------------------------------------------------------
+    def make(self, kind: str) -> Callable:
+        """Keras' `train_function`/`test_function`/`predict_function` for `kind`."""
+        f = self.function(kind)
+        model = self.model
+
+        def keras_function(state, iterator):
+            outputs = []
+            for i in range(max(1, int(getattr(model, "steps_per_execution", 1) or 1))):
+                try:
+                    batch = self.next_batch(iterator)
+                except StopIteration:
+                    if i == 0:
+                        raise
+                    break
+                result, state = f(state, batch)
+                state = _mirrored(state, f"{kind} step's state")
+                outputs.append(result)
+            if kind == "predict":
+                return _concat([self._rows(o) for o in outputs]), state
+            return _mirrored(outputs[-1], f"{kind} step's logs"), state
+
+        return keras_function
+
+    def _rows(self, outputs) -> Any:
+        """Predictions: every replica's real rows, in order."""
+        def rows(v):
+            if isinstance(v, PerReplica):
+                return self.strategy.gather(v, axis=0)
+            return v
+        return jax.tree_util.tree_map(rows, outputs, is_leaf=is_distributed)
+
+
+def _mirrored(tree, what: str) -> Any:
+    """`tree` with every leaf known to be the same on every replica, else a named error."""
+    def check(v):
+        if isinstance(v, PerReplica):
+            raise KerasAdapterError(
+                f"the Keras {what} differs across replicas after the step, so strategax cannot hand "
+                "Keras one value for it (a model state or metric updated by each replica on its own "
+                "rows, outside Keras' compute_loss / compute_metrics and the optimizer)",
+                "update state through Keras' train_step contract: compute the loss with compute_loss, "
+                "apply gradients with self.optimizer.stateless_apply, update metrics in compute_metrics")
+        return v
+    return jax.tree_util.tree_map(check, tree, is_leaf=is_distributed)
+
+
+def _concat(outputs: list) -> Any:
+    if len(outputs) == 1:
+        return outputs[0]
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate([jnp.asarray(x) for x in xs]), *outputs)
+
+
+__all__ = ["Mirrored", "Runner"]

@@ -1,0 +1,130 @@
+"""Keras 3 `fit`/`evaluate`/`predict` of a model compiled inside a strategax scope give what one
+device's Keras gives for the same weights and data, partial batches included (a batch that does
+not divide by the replica count, replicas with no rows, a last batch of one row): the loss and
+metrics per epoch, the weights after training, evaluate's results and predict's rows.
+
+The reference is Keras alone on one device (its own jitted steps, no strategax)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import strategax as sx  # noqa: E402
+
+SIZES = (1, 105, 127, 1001, 1025)
+BATCH = 64
+TOL = 1e-5
+
+
+def _model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return model
+
+
+def _data(n):
+    rng = np.random.default_rng(n)
+    return rng.normal(size=(n, 4)).astype("float32"), rng.integers(0, 3, size=(n,)).astype("int32")
+
+
+def _reset(model, weights):
+    """The model back to its initial weights and a fresh optimizer (its programs kept)."""
+    model.set_weights(weights)
+    model.optimizer.iterations.assign(0)  # plain SGD: the step count is its only state
+
+
+def _run(model, n):
+    x, y = _data(n)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    evaluated = model.evaluate(x, y, batch_size=BATCH, verbose=0)
+    predicted = model.predict(x, batch_size=BATCH, verbose=0)
+    return history, [np.asarray(w) for w in model.get_weights()], evaluated, np.asarray(predicted)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """One device's Keras, per size (one model, reset between sizes)."""
+    model = _model()
+    initial = model.get_weights()
+    out = {}
+    for n in SIZES:
+        _reset(model, initial)
+        out[n] = _run(model, n)
+    return initial, out
+
+
+@pytest.fixture(scope="module", params=[2, 8], ids=["2-replicas", "8-replicas"])
+def distributed(request):
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(request.param)])
+    with strategy.scope():
+        model = _model()
+    return model
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_fit_evaluate_predict_equal_one_device(reference, distributed, n):
+    # Intent: every batch, partial ones included, gives one device's numbers (API.md, Deliberate differences).
+    initial, ref = reference
+    _reset(distributed, initial)
+    history, weights, evaluated, predicted = _run(distributed, n)
+    ref_history, ref_weights, ref_evaluated, ref_predicted = ref[n]
+    for key in ("loss", "accuracy"):
+        np.testing.assert_allclose(history[key], ref_history[key], rtol=TOL, atol=TOL, err_msg=key)
+    for w, r in zip(weights, ref_weights):
+        np.testing.assert_allclose(w, r, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(evaluated, ref_evaluated, rtol=TOL, atol=TOL)
+    assert predicted.shape == (n, 3)
+    np.testing.assert_allclose(predicted, ref_predicted, rtol=TOL, atol=TOL)
+
+
+def test_model_outside_any_scope_is_untouched(reference):
+    # Intent: a model compiled outside every strategax scope runs Keras' own steps.
+    from strategax.keras import _keras3
+    model = _model()
+    assert _keras3.runner_of(model) is None
+    initial, ref = reference
+    _reset(model, initial)
+    history, weights, _, _ = _run(model, 105)
+    np.testing.assert_allclose(history["loss"], ref[105][0]["loss"], rtol=0, atol=0)
+    with pytest.raises(sx.DistributionValueError, match="not compiled inside a strategax"):
+        sx.keras.train_function(model)
+
+
+def test_unsupported_keras_version_is_refused():
+    # Intent: the adapter touches Keras internals only for the versions it names.
+    from strategax.keras import _keras3
+    _keras3.check_version(keras.__version__)
+    with pytest.raises(sx.DistributionRuntimeError, match="supports Keras 3.15") as e:
+        _keras3.check_version("3.9.2")
+    assert e.value.file == __file__
+
+
+def test_import_is_lazy_and_other_backends_are_refused():
+    # Intent: importing strategax never imports Keras; Keras on another backend inside a scope raises
+    # naming the fix (KERAS_BACKEND=jax) and the user's compile line.
+    script = textwrap.dedent("""
+        import sys
+        import strategax as sx
+        assert "keras" not in sys.modules, "importing strategax imported keras"
+        import keras
+        assert keras.backend.backend() == "numpy"
+        s = sx.OneDeviceStrategy("CPU:0")
+        with s.scope():
+            model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            try:
+                model.compile(loss="mse")  # line 11
+            except sx.DistributionRuntimeError as e:
+                print("RAISED", e.line, "KERAS_BACKEND=jax" in str(e))
+    """)
+    env = dict(os.environ, KERAS_BACKEND="numpy", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "RAISED 11 True" in out.stdout, out.stdout + out.stderr[-2000:]
