@@ -97,7 +97,7 @@ def collective_stats(module: Module) -> CollectiveStats:
                 t = op.results[0].type
                 nbytes = _payload(op, n)
                 shape, members = t.shape, ()
-                if op.name == "sx.all_reduce_bucket":  # one flat buffer of all its tensors
+                if op.name in ("sx.all_reduce_bucket", "sx.reduce_scatter_bucket"):  # one flat buffer of its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)

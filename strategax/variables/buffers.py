@@ -169,7 +169,10 @@ class ShardedBuffer(VarBuffer):
 
     def global_value(self) -> jax.Array:
         """The whole value, replicated (every process of a multi-worker job must call it)."""
-        return _unsharder(self.layout, tuple(self.var.shape))(self.array)
+        join, array = _unsharder(self.layout, tuple(self.var.shape)), self.array
+        if array.is_fully_addressable:
+            return join(array)
+        return self.var._strategy._across_workers(lambda: join(array), ("read sharded", self.layout, self.var.shape))
 
     def eager_read(self):
         return self.global_value().addressable_shards[0].data
