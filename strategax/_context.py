@@ -10,6 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from ._markers import is_default_strategy
+
 
 @dataclass
 class Entry:
@@ -104,7 +106,7 @@ def strategy() -> Any:
 def has_strategy() -> bool:
     """True inside any non-default strategy's scope or replica function."""
     entry = current()
-    return entry is not None and not getattr(entry.strategy, "_is_default", False)
+    return entry is not None and not is_default_strategy(entry.strategy)
 
 
 def in_replica_context() -> bool:

@@ -73,14 +73,23 @@ def assert_names_this_line(err, line: int) -> None:
 def ir_round_trip(request):
     """Record the first call of every compiled program; afterwards re-parse its printed IR,
     check it prints identically, and check the parsed module (and the reference interpreter)
-    computes the same outputs from the same inputs."""
+    computes the same outputs from the same inputs. A program whose text was checked before in
+    this process (a module-scoped reference called again, a case compiling the same step) is
+    not checked again: it parses to the same module."""
     if request.node.get_closest_marker("no_round_trip"):
         yield
         return
     records = []
+    met: dict = {}  # id -> compiled program met in this test (held, so ids stay its own)
     original = _function._Compiled.__call__
 
     def recording(self, sig):
+        if id(self) in met:
+            return original(self, sig)
+        met[id(self)] = self
+        key = program_key(self)
+        if key in _CHECKED:
+            return original(self, sig)
         args = [np.asarray(a) if not isinstance(a, jax.Array) else a for a in self.global_args(sig)]
         # Variable buffers (the last inputs) are donated: record and run on device copies, so
         # the real call below still has them (and no host view pins them against donation).
@@ -89,7 +98,7 @@ def ir_round_trip(request):
         host_args = [jax.device_get(a) for a in args[:first_var]] + [
             np.array(jax.device_get(jnp.array(a, copy=True))) for a in args[first_var:]]
         outs = self.executable(*copies)
-        records.append((self, host_args, [np.asarray(o) for o in jax.device_get(outs)]))
+        records.append((self, key, host_args, [np.asarray(o) for o in jax.device_get(outs)]))
         return original(self, sig)
 
     _function._Compiled.__call__ = recording
@@ -97,17 +106,25 @@ def ir_round_trip(request):
         yield
     finally:
         _function._Compiled.__call__ = original
-    seen = set()
-    for compiled, args, outs in records:
-        if id(compiled) in seen:
-            continue
-        seen.add(id(compiled))
-        check_round_trip(compiled, args, outs)
+    for compiled, key, args, outs in records:
+        if key not in _CHECKED:
+            check_round_trip(compiled, key[0], args, outs)
+            _CHECKED.add(key)
 
 
-def check_round_trip(compiled, args, outs):
+# The programs checked so far in this process (program_key): a program that prints the same as
+# one already checked, on the same devices, parses to the same module, so it is checked once.
+_CHECKED: set = set()
+
+
+def program_key(compiled) -> tuple:
+    """A compiled program's printed IR and the devices it runs on."""
+    mesh = compiled.executable.mesh
+    return sx.ir.print_module(compiled.module), tuple(d.id for d in np.asarray(mesh.devices).flat)
+
+
+def check_round_trip(compiled, text, args, outs):
     module = compiled.module
-    text = sx.ir.print_module(module)
     parsed = sx.ir.parse(text)
     assert sx.ir.print_module(parsed) == text, "printing the parsed IR changed the text"
     sx.ir.verify(parsed)
@@ -159,6 +176,18 @@ def interpreter_tolerance(module) -> dict:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_round_trip: skip the automatic IR round-trip check")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """pytest-xdist's workers (`-n 2 --dist loadgroup`, pyproject.toml) take whole files, so a
+    file's module-scoped references compile once; the files that use the Ray cluster go to one
+    worker together, so a run starts one cluster."""
+    ray_files = {item.path for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
+    for item in items:
+        group = "ray" if item.path in ray_files else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
@@ -184,3 +213,15 @@ def ray_cluster():
 
         stop_shared()
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tutorial_first_run(tmp_path_factory):
+    """The multi-worker tutorial's script (examples/multi_worker_custom_training.py), 2 workers
+    under TF_CONFIG on loopback, 2 epochs: (its working directory, each worker's history). Run
+    once for the tutorial's test (which restarts it from that directory) and the Ray Train test
+    (which compares with it)."""
+    from test_multi_worker_tutorial import run_job
+
+    tmp = tmp_path_factory.mktemp("tutorial")
+    return tmp, run_job(tmp, "first", 2)

@@ -128,3 +128,25 @@ def test_import_is_lazy_and_other_backends_are_refused():
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "RAISED 11 True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_train_step_is_an_inspectable_strategax_function():
+    # Intent: the Keras train step is a strategax function like any other (IR, stats): one
+    # all-reduce of the batch's real row count, and one bucket holding exactly the model's
+    # gradients and the metrics' increments (their sizes read from the Keras model itself).
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    with strategy.scope():
+        model = _model()
+    x, y = _data(6)
+    f = sx.keras.train_function(model)
+    assert isinstance(f, sx.StrategyFunction)
+    args = sx.keras.step_arguments(model, x, y)
+    stats = f.stats(*args)
+    gradient_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+    metric_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.metrics_variables)
+    assert sorted(c.payload_bytes for c in stats.collectives) == [4, gradient_bytes + metric_bytes]
+    assert "sx.all_reduce" in str(f.ir(*args))
+    logs, state = f(*args)  # the step runs as fit runs it: the loss of one device on these rows
+    reference = _model()
+    expected = reference.train_on_batch(x, y, return_dict=True)
+    np.testing.assert_allclose(float(logs["loss"]), expected["loss"], rtol=TOL)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent / "strategax"
 
 # Lowest first. A module may import modules of its own package and of lower layers only.
 LAYERS = [
-    {"errors"},
+    {"errors", "_markers"},
     {"_context"},
     {"ir"},
     {"dialects"},

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import strategax as sx
+from strategax.trace.distributed_values import Form
 
 
 def test_assembly_reuses_device_buffers():
@@ -12,7 +13,7 @@ def test_assembly_reuses_device_buffers():
         lambda ctx: jnp.full((2, 3), ctx.replica_id_in_sync_group, jnp.float32))
     step = strategy.function(lambda v: strategy.run(lambda x: x * 2.0, args=(v,)))
     out = step(values)
-    global_array, layout = values._global  # assembled on first use and memoised
+    global_array, layout = values.held_global  # assembled on first use and memoised
     assert global_array.shape == (8, 3)
     shards = layout.components(global_array)
     for comp, shard in zip(values.values, shards):
@@ -27,7 +28,7 @@ def test_outputs_feed_the_next_call_without_reassembly():
         lambda ctx: jnp.ones(2) * ctx.replica_id_in_sync_group)
     step = strategy.function(lambda v: strategy.run(lambda x: x + 1.0, args=(v,)))
     out = step(step(values))
-    assert out._values is None  # still a view of the program's global output
+    assert out.form is Form.GLOBAL  # still a view of the program's global output
     for i, comp in enumerate(out.values):
         np.testing.assert_array_equal(comp, [i + 2.0, i + 2.0])
         assert list(comp.devices()) == [jax.devices()[i]]

@@ -106,7 +106,7 @@ def test_rows_through_control_flow_match_one_device_jax(fn):
     # Intent: the last batch (11 rows over 8 replicas) is partial; every replica's result is
     # plain JAX's on its real rows, so padded rows reached no sum inside or outside the loops.
     last = _per_replica(fn)
-    assert min(last[0]._counts) < last[0]._rows  # the partial batch was among those checked
+    assert min(last[0].real_counts) < last[0].padded_rows  # the partial batch was among those checked
 
 
 def test_custom_vjp_follows_rows():

@@ -15,7 +15,7 @@ import pytest
 import strategax as sx
 
 from ray_train_jobs import fit, histories, resumable, tutorial
-from test_multi_worker_tutorial import ARGS, BATCH, EXAMPLE, WORKERS, reference, run_job
+from test_multi_worker_tutorial import ARGS, BATCH, EXAMPLE, WORKERS, reference
 
 EPOCHS = 2
 
@@ -27,17 +27,17 @@ def args(batch: int, checkpoint_dir) -> list[str]:
     return out + ["--epochs", str(EPOCHS)]
 
 
-def one_machine(tmp_path, replicas: int) -> dict:
-    """The script with no TF_CONFIG: one worker of `replicas` devices."""
+def one_machine(tmp_path, replicas: int) -> subprocess.Popen:
+    """The script with no TF_CONFIG, started: one worker of `replicas` devices (its output in
+    tmp_path/one.out and one.err)."""
     environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     environ.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={replicas}", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, str(EXAMPLE), *args(BATCH * WORKERS, tmp_path / "one_ckpt")],
-                          capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    with open(tmp_path / "one.out", "w") as out, open(tmp_path / "one.err", "w") as err:
+        return subprocess.Popen([sys.executable, str(EXAMPLE), *args(BATCH * WORKERS, tmp_path / "one_ckpt")],
+                                stdout=out, stderr=err, env=environ, cwd=tmp_path)
 
 
-def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cluster, tmp_path):
+def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cluster, tutorial_first_run, tmp_path):
     # Intent: one call (JaxTrainer.fit) starts 2 workers of the tutorial's script on the local Ray
     # cluster, 1 CPU device each; their losses and accuracy per epoch equal the same script's
     # under TF_CONFIG on loopback (2 workers), on one machine with 2 devices (the same global
@@ -47,13 +47,19 @@ def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cl
 
     out = tmp_path / "ray_out"
     out.mkdir()
-    fit(JaxTrainer(tutorial, train_loop_config={"argv": args(BATCH, tmp_path / "ray_ckpt"), "out": str(out),
-                                                "devices": 1},
-                   scaling_config=ScalingConfig(num_workers=WORKERS),
-                   run_config=RunConfig(name="tutorial", storage_path=str(tmp_path / "ray_storage"))), timeout=300)
+    _, under_tf_config = tutorial_first_run  # the same arguments (checkpoints in its own directory)
+    alone = one_machine(tmp_path, WORKERS)  # at the same time as the Ray job
+    try:
+        fit(JaxTrainer(tutorial, train_loop_config={"argv": args(BATCH, tmp_path / "ray_ckpt"), "out": str(out),
+                                                    "devices": 1},
+                       scaling_config=ScalingConfig(num_workers=WORKERS),
+                       run_config=RunConfig(name="tutorial", storage_path=str(tmp_path / "ray_storage"))), timeout=300)
+        alone.wait(timeout=300)
+    finally:
+        alone.kill()
+    assert alone.returncode == 0, (tmp_path / "one.err").read_text()[-3000:]
+    alone = json.loads((tmp_path / "one.out").read_text().splitlines()[-1])
     on_ray = histories(out, WORKERS)
-    under_tf_config = run_job(tmp_path, "tf_config", EPOCHS)
-    alone = one_machine(tmp_path, WORKERS)
     want = reference(EPOCHS)
     assert alone["epochs"] == [0, 1]
     np.testing.assert_allclose(alone["loss"], want["loss"], rtol=1e-5)

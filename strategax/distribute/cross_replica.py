@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _context
+from .._markers import is_variable
 from ..dialects import collectives
 from ..dialects.rows import row_ones
 from ..errors import DistributionValueError
@@ -74,7 +75,7 @@ def is_ragged(x: Any) -> bool:
     """A PerReplica built from array components of one rank and dtype but different shapes."""
     if not isinstance(x, PerReplica) or x.form is Form.TRACED or not x.form.has_components:
         return False
-    comps = x._held_components()
+    comps = x.held_components()
     if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps) or len({tuple(c.shape) for c in comps}) <= 1:
         return False
     if len({c.ndim for c in comps}) > 1 or len({np.dtype(c.dtype) for c in comps}) > 1:
@@ -139,7 +140,7 @@ def _reduce_plain(strategy, op: ReduceOp, value: Any, axis: int | None) -> Any:
             "(TensorFlow raises here too: the sum is ambiguous)",
             "pass the PerReplica value that strategy.run returned, give an axis, or use MEAN")
     if axis is None:  # a variable gives its value, as TensorFlow's reduce of one
-        return jax.tree_util.tree_map(lambda x: x.read_value() if getattr(x, "_is_variable", False) else x, value)
+        return jax.tree_util.tree_map(lambda x: x.read_value() if is_variable(x) else x, value)
 
     def one(x):
         x = jnp.asarray(x)
@@ -192,19 +193,19 @@ def _check_even(value: Any, axis: int | None = None, gather: bool = False) -> No
     """`reduce(op, v)` without axis (or over another axis than the batch's) combines row by row,
     and `gather` along another axis needs equal rows: the replicas' real row counts must agree."""
     for v in _leaves(value):
-        if not isinstance(v, PerReplicaBatch) or len(set(v._counts)) <= 1:
+        if not isinstance(v, PerReplicaBatch) or len(set(v.real_counts)) <= 1:
             continue
-        ndim = max(v._ndim, 1)
+        ndim = max(v.component_ndim, 1)
         if axis is not None and axis % ndim == 0:
             continue
         if gather:
             raise DistributionValueError(
                 f"strategy.gather(axis={axis}) of a partial batch whose replicas hold different numbers "
-                f"of real rows ({list(v._counts)}): the pieces do not line up (TensorFlow raises too)",
+                f"of real rows ({list(v.real_counts)}): the pieces do not line up (TensorFlow raises too)",
                 "gather along the batch axis (axis=0)")
         raise DistributionValueError(
             f"strategy.reduce {'without axis' if axis is None else f'over axis {axis}'} combines the "
-            f"replicas' values row by row, but their real row counts differ ({list(v._counts)}) in this "
+            f"replicas' values row by row, but their real row counts differ ({list(v.real_counts)}) in this "
             "partial batch (TensorFlow raises too)",
             "reduce over the batch axis (axis=0), or reduce per-replica scalars such as losses")
 
@@ -263,7 +264,7 @@ def _check_other_dims(comps: list[np.ndarray], axis: int, api: str) -> None:
 def local_results(strategy, value: Any) -> tuple:
     """`strategy.experimental_local_results(value)`: one value per local replica (a 1-tuple
     for a plain value)."""
-    if getattr(value, "_is_variable", False) and isinstance(value, DistributedValues):
+    if is_variable(value) and isinstance(value, DistributedValues):
         if not _context.is_tracing():
             return tuple(value.values)  # the copies, as TensorFlow
         if _is_mirrored_variable(value):
@@ -284,8 +285,8 @@ def local_results(strategy, value: Any) -> tuple:
 def _local_results_traced(strategy, value: DistributedValues) -> tuple:
     n = strategy.num_replicas_in_sync
     if isinstance(value, Mirrored):
-        return (value._local,) * n
-    if padding.is_per_example(value._local) or _context.has_extents():  # no static shape: cut from
+        return (value.tracer,) * n
+    if padding.is_per_example(value.tracer) or _context.has_extents():  # no static shape: cut from
         return tuple(LocalResult(value, i) for i in range(n))  # the output after the run
-    gathered = collectives.all_gather(value._local[None], 0, n, "experimental_local_results")
+    gathered = collectives.all_gather(value.tracer[None], 0, n, "experimental_local_results")
     return tuple(gathered[i] for i in range(n))

@@ -7,16 +7,15 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
+from .._markers import DefaultStrategyMarker
 from ..dialects import collectives
 from .reduce_op import ReduceOp
 from .replica_context import DefaultReplicaContext
 from .strategy import Strategy
 
 
-class DefaultStrategy(Strategy):
+class DefaultStrategy(Strategy, DefaultStrategyMarker):
     """A single-replica no-op strategy on the default device; `run` just calls `fn`."""
-
-    _is_default = True
 
     def __init__(self):
         super().__init__([jax.devices()[0]])

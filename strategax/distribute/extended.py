@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context
+from .._markers import is_variable
 from ..dialects import collectives
 from ..errors import (DistributionTypeError, DistributionValueError, check_callable, check_int, check_mapping,
                       check_sequence, check_type)
@@ -143,7 +144,7 @@ class StrategyExtended:
         pairs = list(value_destination_pairs)
         for value, _ in pairs:
             for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
-                if not (is_distributed(x) or getattr(x, "_is_variable", False) or hasattr(x, "dtype")
+                if not (is_distributed(x) or is_variable(x) or hasattr(x, "dtype")
                         or isinstance(x, (int, float, complex, bool))):
                     raise DistributionTypeError(f"extended.reduce_to got a {type(x).__name__} ({x!r:.40}) where it "
                                                 "takes arrays or distributed values",
@@ -171,7 +172,7 @@ class StrategyExtended:
             if not is_distributed(value):
                 out.append(value)
                 continue
-            out.append(Mirrored._traced(collectives.all_reduce(
+            out.append(Mirrored.from_tracer(collectives.all_reduce(
                 local_value(value), op.ir_name, "StrategyExtended.batch_reduce_to", bytes_per_pack=bytes_per_pack,
                 compression=compression, carries="gradient")))
         return out
@@ -182,7 +183,7 @@ class StrategyExtended:
             raise DistributionTypeError(f"broadcast_to takes a tensor, not {type(tensor).__name__} {tensor!r:.40}",
                                         "pass an array (the same value for every replica)")
         if _context.is_tracing():
-            return Mirrored._traced(jnp.asarray(tensor))
+            return Mirrored.from_tracer(jnp.asarray(tensor))
         return Mirrored(tuple(jax.device_put(jnp.asarray(tensor), d) for d in self._strategy._devices))
 
     # --- updates ---------------------------------------------------------------------------
@@ -204,7 +205,7 @@ class StrategyExtended:
         gives copy i of a sync-on-read variable component i; for a mirrored variable it must be
         provably the same on every replica (inside a compiled function) or be reduced first."""
         context.require_cross_replica("extended.update")
-        if not getattr(var, "_is_variable", False):
+        if not is_variable(var):
             raise DistributionTypeError(f"extended.update's var must be a variable, not {type(var).__name__}",
                                         "pass the sx.Variable to update: extended.update(v, fn, args=(x,))")
         check_callable(fn, "extended.update's fn", "pass a function fn(var, *args) that updates the variable")
@@ -248,10 +249,10 @@ class StrategyExtended:
             return None
 
         def one(x):
-            if is_distributed(x) or getattr(x, "_is_variable", False) or not hasattr(x, "dtype"):
+            if is_distributed(x) or is_variable(x) or not hasattr(x, "dtype"):
                 return x
             if _context.is_tracing():
-                return cls._traced(x)
+                return cls.from_tracer(x)
             return cls(tuple(x for _ in range(n)))
         if not group:
             per = jax.tree_util.tree_map(one, result, is_leaf=is_distributed) if cls is PerReplica else result
@@ -271,7 +272,7 @@ class StrategyExtended:
 
     def read_var(self, v):
         """The cross-replica value of `v` (aggregated for a sync-on-read variable)."""
-        if not getattr(v, "_is_variable", False):
+        if not is_variable(v):
             raise DistributionTypeError(f"read_var takes a variable, not {type(v).__name__} {v!r:.40}",
                                         "pass an sx.Variable created in the strategy's scope")
         return v.read_value()

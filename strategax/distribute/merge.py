@@ -14,25 +14,26 @@ import jax
 from jax._src import core as jax_core
 
 from .. import _context
+from .._markers import is_default_strategy, is_variable
 from ..errors import DistributionRuntimeError, check_callable, check_mapping, check_sequence
 from ..trace.distributed_values import DistributedValues, Form, PerReplica, is_distributed
 
 
 def _to_per_replica(x: Any) -> Any:
-    if is_distributed(x) or getattr(x, "_is_variable", False):
+    if is_distributed(x) or is_variable(x):
         return x
     if isinstance(x, (jax.Array, jax_core.Tracer)) or hasattr(x, "shape") and hasattr(x, "dtype"):
-        return PerReplica._traced(x)
+        return PerReplica.from_tracer(x)
     return x  # a Python value: the same object on every replica
 
 
 def _to_local(x: Any) -> Any:
-    if isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False):
+    if isinstance(x, DistributedValues) and not is_variable(x):
         if x.form is not Form.TRACED:
             raise DistributionRuntimeError(
                 "merge_fn returned a distributed value that was not computed in this program",
                 "return values computed from merge_fn's arguments")
-        return x._local
+        return x.tracer
     return x
 
 
@@ -50,7 +51,7 @@ def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None, top_le
         raise DistributionRuntimeError(
             "merge_call was called inside merge_fn (a nested merge_call)",
             "merge_fn already runs in cross-replica context: call what you need directly there")
-    if entry is None and getattr(strategy, "_is_default", False):  # the default replica context
+    if entry is None and is_default_strategy(strategy):  # the default replica context
         with _context.push(strategy, None, in_merge=True):
             return merge_fn(strategy, *args, **kwargs)
     if entry is None or entry.replica_context is None:
@@ -66,7 +67,7 @@ def merge_call(replica_context, merge_fn: Callable, args=(), kwargs=None, top_le
             "there too", "call merge_call at the top level of the replica function (move the loop "
             "or cond into merge_fn, or around strategy.run); optimizer.apply_gradients and "
             "variable updates work inside loops")
-    leaf = lambda x: is_distributed(x) or getattr(x, "_is_variable", False)  # noqa: E731  a one-line predicate
+    leaf = lambda x: is_distributed(x) or is_variable(x)  # noqa: E731  a one-line predicate
     wrapped_args, wrapped_kwargs = jax.tree_util.tree_map(_to_per_replica, (tuple(args), kwargs), is_leaf=leaf)
     with _context.push(strategy, None, in_merge=True):
         result = merge_fn(strategy, *wrapped_args, **wrapped_kwargs)

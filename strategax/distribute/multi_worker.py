@@ -140,6 +140,8 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
             initial = self._across_workers(lambda: first_replica_value(self._mesh, initial), key)
         return VarBuffer(var, initial)
 
+    _executes_directly = False  # every call goes through `_execute`, which bounds and watches it
+
     def _execute(self, executable, args: list) -> Any:
         if self._runtime is None:
             return executable(*args)

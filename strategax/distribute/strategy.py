@@ -10,6 +10,7 @@ import numpy as np
 from jax import core as jax_core
 
 from .. import _context
+from .._markers import is_variable
 from ..backends import make_mesh
 from ..dialects import collectives
 from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_callable,
@@ -56,7 +57,7 @@ _VALUE_TYPES = (jax.Array, jax_core.Tracer, np.ndarray, np.generic, int, float, 
 def check_values(value: Any, api: str) -> None:
     """Every leaf of `value` is an array, a number, a distributed value or a variable."""
     for x in jax.tree_util.tree_leaves(value, is_leaf=is_distributed):
-        if not (is_distributed(x) or getattr(x, "_is_variable", False) or isinstance(x, _VALUE_TYPES)):
+        if not (is_distributed(x) or is_variable(x) or isinstance(x, _VALUE_TYPES)):
             raise DistributionTypeError(
                 f"{api} got a {type(x).__name__} ({x!r:.60}) where it takes arrays, numbers or "
                 "distributed values", "pass arrays (or pytrees of them), e.g. what strategy.run returned")
@@ -137,7 +138,9 @@ class Strategy(LogicalDevicesMixin):
         """Run one compiled program on global arrays (a multi-worker strategy bounds and watches it)."""
         return executable(*args)
 
-    _execute._runs_directly = True  # a cached call may call the jax.jit function itself (trace/fast_call.py)
+    # Whether `_execute` is the plain call above, so a cached call may call the jax.jit function
+    # itself (trace/fast_call.py); a strategy that bounds or watches its programs says False.
+    _executes_directly: bool = True
 
     def _across_workers(self, fn: Callable, key) -> Any:
         """Run `fn`, a program every worker runs together outside a compiled step (a multi-worker
@@ -205,7 +208,7 @@ class Strategy(LogicalDevicesMixin):
             result = fn(*local_args, **local_kwargs)
         what = f"the replica function {getattr(fn, '__name__', type(fn).__name__)}"
         return jax.tree_util.tree_map_with_path(
-            lambda path, x: x if is_distributed(x) else PerReplica._traced(
+            lambda path, x: x if is_distributed(x) else PerReplica.from_tracer(
                 result_array(x, what, jax.tree_util.keystr(path))), result, is_leaf=is_distributed)
 
     def _to_local(self, x):
@@ -251,7 +254,7 @@ class Strategy(LogicalDevicesMixin):
             grouped = regroup(values, PerReplica, "value_fn result")
             index = collectives.replica_id()
             return _tree_map_distributed(
-                lambda v: PerReplica._traced(jnp.stack([jnp.asarray(c) for c in v.values])[index]), grouped)
+                lambda v: PerReplica.from_tracer(jnp.stack([jnp.asarray(c) for c in v.values])[index]), grouped)
         per_replica = []
         for i, device in enumerate(self._devices):
             v = value_fn(ValueContext(i, n))

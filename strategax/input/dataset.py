@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from .. import _context
+from .._markers import DistributedDatasetMarker, DistributedIteratorMarker
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.batches import streams, takes
 from ..trace.distributed_values import is_distributed
@@ -59,22 +60,20 @@ def spec_of(element: Any) -> Any:
     """`element_spec` of a placed element: per-replica TensorSpecs with an unknown batch axis
     (and unknown extents where the replicas' values differ in shape)."""
     def one(v):
-        if v._global is None:  # components of different shapes
+        if v.held_global is None:  # components of different shapes
             comps = v.values
             shape = tuple(c.shape[k] if len({d.shape[k] for d in comps}) == 1 else None
                           for k, c in ((k, comps[0]) for k in range(comps[0].ndim)))
             return TensorSpec(shape, np.dtype(comps[0].dtype))
-        t = v._global[1].type
+        t = v.layout.type
         shape = (None, *t.shape[1:]) if t.shape and getattr(v, "_counts", None) is not None else t.shape
         return TensorSpec(tuple(shape), np.dtype(t.dtype))
     return jax.tree_util.tree_map(one, element, is_leaf=is_distributed)
 
 
-class DistributedIterator:
+class DistributedIterator(DistributedIteratorMarker):
     """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work. Inside a
     `strategy.function` that takes it as an argument, `next()` is a program input (`trace.batches.takes`)."""
-
-    _is_distributed_iterator = True
 
     def __init__(self, strategy, produce: Callable[[], Iterator], options: InputOptions):
         self._strategy = strategy
@@ -186,7 +185,7 @@ def is_one_shot(source: Any) -> bool:
     return not hasattr(source, "as_numpy_iterator") and iter(source) is source
 
 
-class _Dataset:
+class _Dataset(DistributedDatasetMarker):
     """What the distributed datasets share: iterating restarts; `element_spec` from the first element."""
 
     def __init__(self, strategy, options: InputOptions | None):
@@ -201,8 +200,6 @@ class _Dataset:
 
     def _one_shot(self) -> bool:
         raise NotImplementedError
-
-    _is_distributed_dataset = True
 
     def __iter__(self):
         if _context.is_tracing():  # inside a strategy.function: a stream of the program's inputs

@@ -100,7 +100,7 @@ def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence
     if counts is None:
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
         arrays = put([np.stack(leaf) for leaf in hosts], [lay.sharding for lay in lays])
-        out = [PerReplica._from_global(a, lay) for a, lay in zip(arrays, lays)]
+        out = [PerReplica.from_global(a, lay) for a, lay in zip(arrays, lays)]
     else:
         assert rows is not None, "counts come with rows"
         out = _place_all(mesh, [padded_host(leaf, rows) for leaf in hosts], rows, counts, count_value)
@@ -116,7 +116,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     if counts is None:
         hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
-        return jax.tree_util.tree_unflatten(treedef, [PerReplica._from_global(lay.assemble(leaf), lay)
+        return jax.tree_util.tree_unflatten(treedef, [PerReplica.from_global(lay.assemble(leaf), lay)
                                                       for leaf, lay in zip(hosts, lays)])
     assert rows is not None, "counts come with rows"
     count_value = place_counts(mesh, counts)
@@ -124,7 +124,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     for leaf in pieces:
         padded = [p if p.shape[0] == rows else padded_host([p], rows) for p in map(_canonical, map(np.asarray, leaf))]
         lay = _layout(mesh, (rows, *padded[0].shape[1:]), padded[0].dtype)
-        out.append(PerReplicaBatch._from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
+        out.append(PerReplicaBatch.from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
                                                       count_value))
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -148,7 +148,7 @@ def place_counts(mesh, counts: Sequence[int]) -> PerReplica:
     if hit is not None and hit[0] is mesh:
         return hit[1]
     lay = _layout(mesh, (), np.int32)
-    value = PerReplica._from_global(put([np.asarray(counts, np.int32)], [lay.sharding])[0], lay)
+    value = PerReplica.from_global(put([np.asarray(counts, np.int32)], [lay.sharding])[0], lay)
     if len(_COUNTS) > 256:
         _COUNTS.clear()
     _COUNTS[key] = (mesh, value)
@@ -160,4 +160,4 @@ def _place_all(mesh, hosts: list[np.ndarray], rows: int, counts, count_value) ->
     lays = [_layout(mesh, (rows, *h.shape[1:]), h.dtype) for h in hosts]
     arrays = put(hosts, [lay.sharding for lay in lays])
     counts = tuple(int(c) for c in counts)
-    return [PerReplicaBatch._from_global_batch(a, lay, counts, count_value) for a, lay in zip(arrays, lays)]
+    return [PerReplicaBatch.from_global_batch(a, lay, counts, count_value) for a, lay in zip(arrays, lays)]

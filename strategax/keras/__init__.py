@@ -38,7 +38,7 @@ def _runner(model, what: str):
 def train_function(model) -> Any:
     """The `strategy.function` that runs one train step of `model` (a model compiled inside a
     strategax scope): call `.ir(...)`, `.stats(...)`, `.report(...)` on it with the arguments
-    `fit` passes (`step_arguments`), or set STRATEGAX_DUMP_TO before `fit`."""
+    `fit` passes (`step_arguments(model, x, y)`), or set STRATEGAX_DUMP_TO before `fit`."""
     return _runner(model, "sx.keras.train_function").function("train")
 
 
@@ -52,6 +52,19 @@ def predict_function(model) -> Any:
     return _runner(model, "sx.keras.predict_function").function("predict")
 
 
+def step_arguments(model, x, y=None, sample_weight=None, kind: str = "train") -> tuple:
+    """The arguments `fit` (kind "train"), `evaluate` ("test") or `predict` ("predict") passes
+    one step of `model`'s strategax function for the global batch `(x, y, sample_weight)`:
+    `f = sx.keras.train_function(model); f.ir(*sx.keras.step_arguments(model, x, y))`."""
+    from . import _keras3
+    from .errors import KerasAdapterError
+    if kind not in ("train", "test", "predict"):
+        raise KerasAdapterError(f"kind must be 'train', 'test' or 'predict', not {kind!r}",
+                                "pass kind='train' (fit), 'test' (evaluate) or 'predict'")
+    _runner(model, "sx.keras.step_arguments")
+    return _keras3.step_arguments(model, kind, x, y, sample_weight)
+
+
 def set_loss_reduction(model, reduction: str) -> None:
     """Say how a custom train_step's (or compute_loss's) loss combines the batch's rows: 'mean'
     (a mean over them, as Keras' losses) or 'sum', so that strategax can combine the replicas'
@@ -63,4 +76,4 @@ def set_loss_reduction(model, reduction: str) -> None:
     object.__setattr__(model, "_sx_loss_reduction", reduction)
 
 
-__all__ = ["predict_function", "set_loss_reduction", "test_function", "train_function"]
+__all__ = ["predict_function", "set_loss_reduction", "step_arguments", "test_function", "train_function"]

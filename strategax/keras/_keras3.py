@@ -117,6 +117,27 @@ def _wrap_make_function(cls, kind: str) -> None:
     setattr(cls, name, make_function)
 
 
+def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
+    """(state, batch) as `fit`/`evaluate`/`predict` hand one step of `kind` to its strategax
+    function: the model's state tuple (Keras' `_get_jax_state`) and the batch split across the
+    replicas. Builds the model, its metrics and its optimizer first, as `fit` does."""
+    from keras.src.trainers.data_adapters import data_adapter_utils
+
+    runner = runner_of(model)
+    assert runner is not None, "sx.keras checks the model was compiled in a scope"
+    data = data_adapter_utils.pack_x_y_sample_weight(x, y, sample_weight)
+    model._symbolic_build(data_batch=data)
+    if kind == "train" and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    parts = {"train": dict(trainable_variables=True, non_trainable_variables=True, optimizer_variables=True,
+                           metrics_variables=True),
+             "test": dict(trainable_variables=True, non_trainable_variables=True, metrics_variables=True),
+             "predict": dict(trainable_variables=True, non_trainable_variables=True)}[kind]
+    state = model._get_jax_state(**parts)
+    batch = runner.next_batch(iter([data]))
+    return state, batch
+
+
 # --- inside a replica step ----------------------------------------------------------------
 def _wrap_compute_loss(cls) -> None:
     original = cls.compute_loss

@@ -8,12 +8,14 @@ block yields), naming both: a pass's mistake surfaces at the pass, not as a KeyE
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-import networkx as nx
 import numpy as np
 
 from ..ir import Block, Module, Operation, Value, has_effects
+
+if TYPE_CHECKING:  # imported where a block is re-ordered: networkx takes ~0.5 s of every `import strategax`
+    import networkx as nx
 
 
 class BlockRewriter:
@@ -196,6 +198,8 @@ def rewrite_blocks(module: Module, visit: Callable[[BlockRewriter], None]) -> bo
 def dependency_graph(block: Block) -> nx.DiGraph:
     """Op indices of `block`, with an edge from each op to the ops that use its results and
     from each op with effects to the next one (their order is kept)."""
+    import networkx as nx
+
     ops = block.ops
     g = nx.DiGraph()
     g.add_nodes_from(range(len(ops)))
@@ -226,6 +230,8 @@ def topological_sort(block: Block) -> bool:
     RuntimeError naming the ops of a dependency cycle."""
     if in_order(block):
         return False
+    import networkx as nx
+
     g = dependency_graph(block)
     try:
         order = list(nx.lexicographical_topological_sort(g))

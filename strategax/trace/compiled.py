@@ -70,8 +70,8 @@ class _Compiled:
             for _, element in self.inputs.taken(sig):
                 batches += [x for x in jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
                             if isinstance(x, PerReplicaBatch)]
-        padded = bool(sig.extents) or any(min(b._counts) < b._rows for b in batches)
-        uneven = bool(sig.extents) or any(len(set(b._counts)) > 1 for b in batches)
+        padded = bool(sig.extents) or any(min(b.real_counts) < b.padded_rows for b in batches)
+        uneven = bool(sig.extents) or any(len(set(b.real_counts)) > 1 for b in batches)
         met = gaps_raised(self.gaps, padded, uneven)
         if met:
             raise padding_gap_error(met, extents=bool(sig.extents))
@@ -84,17 +84,17 @@ class _Compiled:
                 out.append(key_data(x))
             elif kind == SCALAR:  # a Python number traced as a value (reduce_retracing)
                 out.append(np.asarray(x, layout.type.dtype))
-            elif x.form.has_global and x._global[1].mesh is layout.mesh:
-                array = x._global[0]
+            elif x.form.has_global and x.layout.mesh is layout.mesh:
+                array = x.global_array
                 if layout.logical_axes is not None and array.sharding != layout.sharding:
                     array = jax.device_put(array, layout.sharding)  # e.g. a batch split over logical devices
                 out.append(array)
             elif kind == PER_REPLICA:
-                array = layout.assemble(x._values)
-                x._keep_global(array, layout)
+                array = layout.assemble(x.held_components())
+                x.keep_global(array, layout)
                 out.append(array)
             else:
-                out.append(x._values[0])
+                out.append(x.held_components()[0])
         if self.inputs is not None:
             out.extend(self.take_inputs(sig))
         out.extend(store.argument(layout) for store, layout in self.var_slots)
@@ -123,7 +123,7 @@ class _Compiled:
         elif index in self.padded:
             value = self._cut(PER_REPLICA, index, outs, args)
         else:
-            value = PerReplica._from_global(array, layout)
+            value = PerReplica.from_global(array, layout)
         return value if isinstance(entry, TakenOutput) else value.values[entry.replica]
 
     def cut(self, entry: OutputEntry) -> bool:
@@ -143,12 +143,12 @@ class _Compiled:
             for r, c in enumerate(np.broadcast_to(counts, (n,))):
                 cuts[r][entry.axis] = int(c)
         if layout.per_replica:
-            return PerReplica([trim(c, cut) for c, cut in zip(PerReplica._from_global(array, layout).values, cuts)])
+            return PerReplica([trim(c, cut) for c, cut in zip(PerReplica.from_global(array, layout).values, cuts)])
         assert all(cut == cuts[0] for cut in cuts), "mask-padding: a replicated output with differing extents"
         array = trim(array, cuts[0])
         if kind not in (PER_REPLICA, MIRRORED) or n == 1:
             return array
-        return Mirrored._from_global(array, ReplicaLayout(layout.mesh, TensorType(array.shape, layout.type.dtype,
+        return Mirrored.from_global(array, ReplicaLayout(layout.mesh, TensorType(array.shape, layout.type.dtype,
                                                                          layout.type.locality)))
 
     def __call__(self, sig: Signature):
@@ -189,10 +189,10 @@ class _Compiled:
             return array
         if layout.per_replica:
             if kind is not PER_EXAMPLE:
-                return PerReplica._from_global(array, layout)
-            return PerReplicaBatch._from_global_batch(array, layout, sig.batch._counts, sig.batch._count_value)
+                return PerReplica.from_global(array, layout)
+            return PerReplicaBatch.from_global_batch(array, layout, sig.batch.real_counts, sig.batch.count_value)
         if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
-            return Mirrored._from_global(array, layout)
+            return Mirrored.from_global(array, layout)
         return array
 
 

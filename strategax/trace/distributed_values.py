@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _context
+from .._markers import is_variable
 from ..dialects import collectives
 from ..errors import DistributionTypeError, DistributionValueError
 
@@ -68,13 +69,15 @@ class DistributedValues:
 
     # --- construction from a program's outputs or a trace ------------------------------
     @classmethod
-    def _from_global(cls, array: jax.Array, layout) -> Self:
+    def from_global(cls, array: jax.Array, layout) -> Self:
+        """The value a program output holds: one global array sharded over the replicas."""
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, (array, layout), None
         return self
 
     @classmethod
-    def _traced(cls, local) -> Self:
+    def from_tracer(cls, local) -> Self:
+        """The value inside a trace: this replica's tracer."""
         self = cls.__new__(cls)
         self._values, self._global, self._local = None, None, local
         return self
@@ -88,17 +91,35 @@ class DistributedValues:
             return Form.GLOBAL
         return Form.COMPONENTS if self._global is None else Form.BOTH
 
-    def _layout(self):
-        """The layout of the global array a GLOBAL or BOTH value holds."""
+    # --- what it holds (see `form`) --------------------------------------------------------
+    @property
+    def held_global(self) -> tuple[jax.Array, Any] | None:
+        """(global array, its layout) when the value holds one (GLOBAL or BOTH), else None."""
+        return self._global
+
+    @property
+    def global_array(self) -> jax.Array:
+        """The global array a GLOBAL or BOTH value holds."""
+        assert self._global is not None, "a GLOBAL or BOTH value holds a global array"
+        return self._global[0]
+
+    @property
+    def layout(self):
+        """The layout (`backends.ReplicaLayout`) of the global array a GLOBAL or BOTH value holds."""
         assert self._global is not None, "a GLOBAL or BOTH value holds a global array"
         return self._global[1]
 
-    def _held_components(self) -> tuple:
-        """The components a COMPONENTS or BOTH value holds."""
+    @property
+    def tracer(self) -> Any:
+        """This replica's tracer inside a trace (TRACED), else None."""
+        return self._local
+
+    def held_components(self) -> tuple:
+        """The components a COMPONENTS or BOTH value holds (never read from the global array)."""
         assert self._values is not None, "a COMPONENTS or BOTH value holds its components"
         return self._values
 
-    def _keep_global(self, array: jax.Array, layout) -> None:
+    def keep_global(self, array: jax.Array, layout) -> None:
         """Keep the global array assembled from the components (COMPONENTS -> BOTH): values are
         immutable, so a program input is assembled once."""
         self._global = (array, layout)
@@ -123,7 +144,7 @@ class DistributedValues:
     @property
     def _num_components(self) -> int:
         if self.form is Form.GLOBAL:
-            return self._layout().num_local_replicas
+            return self.layout.num_local_replicas
         return len(self.values)
 
     # --- not an array -------------------------------------------------------------------
@@ -203,13 +224,30 @@ class PerReplicaBatch(PerReplica):
     _count_value: Any  # the counts as a per-replica int32 scalar (the program's hidden input)
 
     @classmethod
-    def _from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
-        self = cls._from_global(array, layout)
+    def from_global_batch(cls, array: jax.Array, layout, counts: tuple, count_value) -> "PerReplicaBatch":
+        """A batch a program holds padded: `counts` real rows per replica, `count_value` them on
+        the devices."""
+        self = cls.from_global(array, layout)
         self._counts, self._rows, self._count_value = counts, layout.type.shape[0], count_value
         return self
 
     @property
-    def _ndim(self) -> int:
+    def real_counts(self) -> tuple:
+        """Every replica's real row count."""
+        return self._counts
+
+    @property
+    def padded_rows(self) -> int:
+        """The padded row count of every replica's component."""
+        return self._rows
+
+    @property
+    def count_value(self) -> Any:
+        """The real counts as a per-replica int32 scalar (a program's hidden input)."""
+        return self._count_value
+
+    @property
+    def component_ndim(self) -> int:
         """The number of dimensions of each (padded) component."""
         assert self._global is not None, "a batch is made from a global array"
         return len(self._global[1].type.shape)
@@ -241,7 +279,7 @@ def components_identical(x: DistributedValues) -> bool:
 def is_distributed(x: Any) -> bool:
     """A PerReplica or Mirrored value (distributed variables are DistributedValues too, but
     they are state, passed by reference, not values)."""
-    return isinstance(x, DistributedValues) and not getattr(x, "_is_variable", False)
+    return isinstance(x, DistributedValues) and not is_variable(x)
 
 
 def local_value(x: DistributedValues) -> Any:
@@ -283,7 +321,7 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
     """A distributed value given to a strategy must have one component per replica (per local
     replica, `num_local`, in a multi-process job)."""
     if value.form.has_global:
-        n = value._layout().num_replicas
+        n = value.layout.num_replicas
         if n == num_replicas:
             return
     n = value._num_components
@@ -296,7 +334,7 @@ def check_components(value: DistributedValues, num_replicas: int, num_local: int
             "build it with one value per replica (strategy.experimental_distribute_values_"
             "from_function does this for you)")
     if value.form.has_components:
-        comps = value._held_components()
+        comps = value.held_components()
         structs = [jax.tree_util.tree_structure(c) for c in comps]
         if any(s != structs[0] for s in structs):
             bad = next(i for i, s in enumerate(structs) if s != structs[0])

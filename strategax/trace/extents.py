@@ -31,7 +31,7 @@ def differing_axes(x: Any) -> tuple[int, ...]:
     they have one shape, or are not all arrays of one rank and dtype: checked elsewhere)."""
     if not isinstance(x, PerReplica) or x.form is Form.TRACED or x.form.has_global or not x.form.has_components:
         return ()  # one global array has one shape
-    comps = x._held_components()
+    comps = x.held_components()
     if not all(hasattr(c, "shape") and hasattr(c, "dtype") for c in comps):
         return ()
     if len({np.ndim(c) for c in comps}) > 1 or len({np.dtype(c.dtype) for c in comps}) > 1:
@@ -48,7 +48,7 @@ def padded(x: DistributedValues, axes: tuple[int, ...], num_local: int, num_repl
             "a PerReplica whose components differ in shape, in a multi-worker job (each worker would pad "
             "them to its own largest extent)", "give every replica values of one shape (jnp.pad), and pass "
             "the real extents as another per-replica argument")
-    comps = [np.asarray(jax.device_get(c)) for c in x._held_components()]
+    comps = [np.asarray(jax.device_get(c)) for c in x.held_components()]
     big = [max(c.shape[k] for c in comps) for k in range(comps[0].ndim)]
     out = PerReplica([np.pad(c, [(0, b - d) for b, d in zip(big, c.shape)]) for c in comps])
     return out, [PerReplica([np.int32(c.shape[k]) for c in comps]) for k in axes]

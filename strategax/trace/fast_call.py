@@ -47,7 +47,7 @@ class FastCall:
         """The shortcut for calls like this one (`sig` its signature, the call already run so its
         distributed values hold their global arrays), or None when such calls cannot take it;
         a call it serves counts in `detector` (retracing.Detector) and marks `compiled` used."""
-        if compiled.inputs is not None or not getattr(compiled.strategy._execute, "_runs_directly", False):
+        if compiled.inputs is not None or not compiled.strategy._executes_directly:
             return None  # iterators take batches per call; a multi-worker run is watched
         if compiled.gaps:
             return None  # each call's batch is checked: a partial one raises
@@ -71,7 +71,7 @@ class FastCall:
                     return None
                 checks.append((_KEY if is_key(x) else _ARRAY, type(x), (x.shape, x.dtype)))
             elif kind in (PER_REPLICA, MIRRORED):
-                layout, g = layouts[i], x._global
+                layout, g = layouts[i], x.held_global
                 if layout.logical_axes is not None or g is None or g[1].mesh is not layout.mesh:
                     return None  # put or assembled per call
                 if sig.batch is x:
@@ -113,7 +113,7 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None, detector) -
         lines += [f"    if type({x}) is not want{i}:", "        return MISS"]
         if check == _DIST:
             env[f"seen{i}"] = extra[1]
-            lines += [f"    g{i} = {x}._global",
+            lines += [f"    g{i} = {x}.held_global",
                       f"    if g{i} is None or (id(g{i}[1]) not in seen{i} and not accept(g{i}[1], extra{i})):",
                       "        return MISS"]
             inputs.append(f"g{i}[0]")
@@ -124,7 +124,7 @@ def _generate(compiled, treedef, checks: list, batch_at: int | None, detector) -
             inputs.append(f"key_data({x})" if check == _KEY else x)
     if batch_at is not None:  # hidden input: the batch's real row counts
         env["batch_mesh"] = checks[batch_at][2][0][0]
-        lines += [f"    counts = x{batch_at}._count_value._global",
+        lines += [f"    counts = x{batch_at}.count_value.held_global",
                   "    if counts is None or counts[1].mesh is not batch_mesh:", "        return MISS"]
         inputs.append("counts[0]")
     if compiled.num_vars:
@@ -202,12 +202,12 @@ def _output(i: int, entry: OutputEntry, out_layouts, env: dict, batch_at: int | 
     layout = out_layouts[index]
     env[f"layout{i}"] = layout
     if layout.per_replica and kind == PER_EXAMPLE:
-        batch = f"Batch._from_global_batch(outs[{index}], layout{i}, x{batch_at}._counts, x{batch_at}._count_value)"
+        batch = f"Batch.from_global_batch(outs[{index}], layout{i}, x{batch_at}.real_counts, x{batch_at}.count_value)"
         return f"{batch}.values[0]" if one else batch
     if one:
         return f"outs[{index}]"
     if layout.per_replica:
-        return f"PerReplica._from_global(outs[{index}], layout{i})"
+        return f"PerReplica.from_global(outs[{index}], layout{i})"
     if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
-        return f"Mirrored._from_global(outs[{index}], layout{i})"
+        return f"Mirrored.from_global(outs[{index}], layout{i})"
     return f"outs[{index}]"

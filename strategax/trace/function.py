@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from .. import _context, ir
-from ..backends import Executable
+from .._markers import is_variable
+from ..backends import Executable, gc_pause
 from ..dialects.rows import mark_rows
 from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal,
                       internal_stage)
@@ -100,8 +101,8 @@ def _argument_leaves(sig: Signature, dynamic: list[int], values: Sequence) -> li
             v = mark_rows(v, values[-1])  # a padded batch: mask-padding follows its rows
         for axis, count in extents.get(i, ()):  # padded to one shape: likewise each padded axis
             v = mark_rows(v, count, axis, extent=True)
-        leaves[i] = (PerReplica._traced(v) if kind is PER_REPLICA else
-                     Mirrored._traced(v) if kind is MIRRORED else v)
+        leaves[i] = (PerReplica.from_tracer(v) if kind is PER_REPLICA else
+                     Mirrored.from_tracer(v) if kind is MIRRORED else v)
     return leaves
 
 
@@ -126,17 +127,17 @@ class _Outputs:
         def add(x) -> int:
             arrays.append(x)
             return len(arrays) - 1
-        if getattr(leaf, "_is_variable", False):
+        if is_variable(leaf):
             return Output(ARRAY, add(jnp.asarray(leaf.read_value())))
         if isinstance(leaf, per_example.LocalResult):  # cut from its value's output after the run
-            local = leaf.value._local
+            local = leaf.value.tracer
             at = next((k for k, a in enumerate(arrays) if a is local), None)
             return LocalOutput(add(local) if at is None else at, leaf.replica)
         if isinstance(leaf, DistributedValues):
             if leaf.form is not Form.TRACED:
                 raise DistributionTypeError("the function returned a distributed value it did not compute",
                                             "return values computed from the function's arguments")
-            return Output(PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, add(leaf._local))
+            return Output(PER_REPLICA if isinstance(leaf, PerReplica) else MIRRORED, add(leaf.tracer))
         if isinstance(leaf, STATIC_TYPES) and not isinstance(leaf, (bool, int, float, complex)):
             return StaticOutput(leaf)
         if is_key(leaf):  # a typed PRNG key out: its data, wrapped again after the call
@@ -233,7 +234,7 @@ class StrategyFunction:
 
         def flat_fn(*values):
             leaves = _argument_leaves(sig, dynamic, values)
-            count, rows = (values[-1], sig.batch._rows) if sig.batch is not None else (None, None)
+            count, rows = (values[-1], sig.batch.padded_rows) if sig.batch is not None else (None, None)
             args, kwargs = jax.tree_util.tree_unflatten(sig.treedef, leaves[:sig.treedef.num_leaves])
             with _context.tracing(strategy, session, (count, rows), inputs, extents=bool(sig.extents)):
                 result = self._fn(*args, **kwargs)
@@ -293,10 +294,11 @@ class StrategyFunction:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
         self._detector.traced(self._origin, self._key(sig), sig.treedef, self._parts, self._cache_size)
-        if dump.dump_dir() is None:
-            compiled = self._build(sig)
-        else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
-            compiled = dump.compile_dumped(self, sig, lambda snapshots, timings: self._build(sig, snapshots, timings))
+        with gc_pause.paused():  # trace, import and passes allocate; nothing to collect mid-way
+            if dump.dump_dir() is None:
+                compiled = self._build(sig)
+            else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
+                compiled = dump.compile_dumped(self, sig, lambda snaps, timings: self._build(sig, snaps, timings))
         compiled.last_call = self._detector.calls
         if len(self._cache) >= self._cache_size:  # full: the least recently used program goes
             del self._cache[min(self._cache, key=lambda k: self._cache[k].last_call)]

@@ -1,13 +1,18 @@
 """The dataflow graph of a module (networkx), and its DOT text for Graphviz."""
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ..ir import Module, is_collective
+
+if TYPE_CHECKING:  # imported where a graph is built: networkx takes ~0.5 s of every `import strategax`
+    import networkx as nx
 
 
 def module_graph(module: Module) -> nx.DiGraph:
     """Nodes: the main function's arguments, ops and return; edges: the values between them."""
+    import networkx as nx
+
     g = nx.DiGraph()
     body = module.main.body
     producer: dict[int, str] = {}

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._markers import is_distributed_dataset, is_distributed_iterator, is_variable
 from ..errors import DistributionTypeError, DistributionValueError
 from ..ir import Locality, TensorType
 from .extents import Extents, differing_axes, padded
@@ -50,7 +51,7 @@ class Signature:
 
 
 def _needs_regroup(v: DistributedValues) -> bool:
-    return v.form.has_components and not isinstance(v._held_components()[0], ARRAY_TYPES + STATIC_TYPES)
+    return v.form.has_components and not isinstance(v.held_components()[0], ARRAY_TYPES + STATIC_TYPES)
 
 
 def _expand(tree):
@@ -63,9 +64,9 @@ def _expand(tree):
 def leaf_type(x, kind: Kind) -> TensorType:
     if kind == PER_REPLICA or kind == MIRRORED:
         if x.form.has_global:
-            t = x._layout().type
+            t = x.layout.type
             return t.with_locality(Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
-        first = x._held_components()[0]
+        first = x.held_components()[0]
         return TensorType(np.shape(first), _dtype_of(first),
                           Locality.PER_REPLICA if kind == PER_REPLICA else Locality.MIRRORED)
     if is_key(x):  # a typed PRNG key: the program takes its key data
@@ -106,7 +107,7 @@ def _distributed_key(x: DistributedValues, num_replicas: int, num_local: int | N
             "a traced distributed value was passed into a separately compiled function",
             "call the function's body directly inside the strategy.function")
     kind = PER_REPLICA if isinstance(x, PerReplica) else MIRRORED
-    g = x._global
+    g = x.held_global
     if kind == MIRRORED and g is None and not components_identical(x):
         kind = PER_REPLICA  # TensorFlow gives replica i component i of a Mirrored
     if g is None or g[1].num_replicas != num_replicas:
@@ -215,13 +216,13 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
         if isinstance(x, jax.Array):  # the hot case first
             kind = ARRAY  # a plain array is mirrored: it shares a cache entry with a Mirrored one
             key.append((MIRRORED, x.shape, x.dtype))
-        elif getattr(x, "_is_variable", False):  # state, passed by reference: part of the key
+        elif is_variable(x):  # state, passed by reference: part of the key
             kind = STATIC
             key.append((kind, type(x), x))
-        elif getattr(x, "_is_distributed_iterator", False):  # input: keyed by its element spec
+        elif is_distributed_iterator(x):  # input: keyed by its element spec
             kind = STATIC
             key.append(("I", x._spec_key()))
-        elif getattr(x, "_is_distributed_dataset", False):  # `iter()` inside makes inputs: likewise
+        elif is_distributed_dataset(x):  # `iter()` inside makes inputs: likewise
             kind = STATIC
             key.append(("D", x._spec_key()))
         elif isinstance(x, DistributedValues):
@@ -238,10 +239,10 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
             if isinstance(x, PerReplicaBatch):
                 if batch is None:
                     batch = x
-                elif x._counts != batch._counts or x._rows != batch._rows:
+                elif x.real_counts != batch.real_counts or x.padded_rows != batch.padded_rows:
                     raise DistributionValueError(
-                        f"two padded batches with different real row counts ({list(batch._counts)} and "
-                        f"{list(x._counts)}) are passed to one call; the program sees one row count",
+                        f"two padded batches with different real row counts ({list(batch.real_counts)} and "
+                        f"{list(x.real_counts)}) are passed to one call; the program sees one row count",
                         "pass the leaves of one batch (one dataset element) per call")
         elif isinstance(x, ARRAY_TYPES):
             kind = ARRAY
@@ -279,9 +280,9 @@ def signature(args: tuple, kwargs: dict, num_replicas: int, num_local: int | Non
     if marks:
         key.append((EXTENTS, tuple((m.leaf, m.axis, m.count) for m in marks)))
     if batch is not None:  # hidden last input: the per-replica real row counts (input_mask)
-        leaves = [*leaves, batch._count_value]
+        leaves = [*leaves, batch.count_value]
         kinds.append(PER_REPLICA)
-        key.append(("rows", batch._rows))
+        key.append(("rows", batch.padded_rows))
     return Signature(tuple(key), treedef, kinds, leaves, batch, extents=tuple(marks))
 
 
@@ -314,12 +315,12 @@ def _as_spec(x: Any) -> TensorSpec:
 
 def _shape_dtype(x: Any) -> tuple[tuple, np.dtype]:
     if isinstance(x, DistributedValues):
-        first = x._layout().type if x.form.has_global else None
+        first = x.layout.type if x.form.has_global else None
         if first is not None:
             return tuple(first.shape), np.dtype(first.dtype)
         component = x.values[0]
         return tuple(np.shape(component)), np.dtype(jnp.result_type(component))
-    if getattr(x, "_is_variable", False):
+    if is_variable(x):
         return tuple(x.shape), np.dtype(x.dtype)
     return tuple(np.shape(x)), np.dtype(jax.dtypes.canonicalize_dtype(jnp.result_type(x)))
 

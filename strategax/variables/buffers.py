@@ -48,7 +48,9 @@ class PerCopy:
 
 
 class VarBuffer:
-    """The buffer of one variable, and its layout on the mesh that last used it."""
+    """The buffer of one variable, and its layout on the mesh that last used it. Storage kept
+    elsewhere (a parameter server's `RemoteBuffer`, a worker's `ShadowBuffer`) subclasses it and
+    overrides the hooks below, whose defaults are a plain buffer's."""
 
     def __init__(self, var, initial: jax.Array):
         self.var = var
@@ -74,6 +76,19 @@ class VarBuffer:
 
     def set(self, array: jax.Array) -> None:
         self.array = array
+
+    # --- hooks: what storage kept elsewhere changes ------------------------------------------
+    @property
+    def num_copies(self) -> int | None:
+        """The copies a sync-on-read variable's value is divided among; None: one per replica."""
+        return None
+
+    def traced_update(self, kind: str, value, ctx: str) -> None:
+        """Called after an update of the variable is traced (a worker's copy records it too)."""
+
+    def reduce_variable(self) -> tuple | None:
+        """How the variable pickles (`__reduce__`'s answer), or None: as usual."""
+        return None
 
     # --- cross-replica (eager) access -------------------------------------------------------
     def components(self) -> tuple:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _context
+from .._markers import is_variable
 from ..dialects import collectives
 from ..errors import DistributionTypeError, DistributionValueError, check_type
 from ..trace.distributed_values import PerReplica, is_distributed
@@ -220,7 +221,7 @@ class Optimizer:
                 f"apply_gradients takes (gradient, variable) pairs, not {grads_and_vars!r:.60}",
                 "pass zip(grads, variables) or [(grad, var), ...]") from None
         for _, v in pairs:
-            if not getattr(v, "_is_variable", False):
+            if not is_variable(v):
                 raise DistributionTypeError(f"apply_gradients got a {type(v).__name__} where a variable goes",
                                             "pass (gradient, variable) pairs with sx.Variable objects")
         grads, variables = [g for g, _ in pairs], [v for _, v in pairs]
@@ -236,7 +237,7 @@ class Optimizer:
 
     def _merge_apply(self, strategy, grads, variables, options=None):
         reduced = strategy.extended.batch_reduce_to("SUM", list(zip(grads, variables)), options)
-        return self._apply(strategy, [r._local if is_distributed(r) else r for r in reduced], variables, True)
+        return self._apply(strategy, [r.tracer if is_distributed(r) else r for r in reduced], variables, True)
 
     @staticmethod
     def _reduced(g):
@@ -246,7 +247,7 @@ class Optimizer:
                 "reduce them first (strategy.reduce / extended.batch_reduce_to), or call "
                 "apply_gradients inside strategy.run")
         if is_distributed(g):
-            return g._local if g._local is not None else g.values[0]
+            return g.tracer if g.tracer is not None else g.values[0]
         return g
 
     def _apply(self, strategy, grads: list, variables: list[Variable], cross_replica: bool):

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._markers import VariableMarker, is_variable
 from ..errors import DistributionTypeError, DistributionValueError
 
 
@@ -27,15 +28,14 @@ class _WholeValue:
         return self._sharded.read_value()
 
 
-class ShardedVariable:
+class ShardedVariable(VariableMarker):
     """A variable made of `variables` (its shards), concatenated along axis 0."""
 
-    _is_variable = True
     _strategax_key_by_identity = True
     _local = _global = None
 
     def __init__(self, variables: list, name: str = "ShardedVariable"):
-        if not variables or not all(getattr(v, "_is_variable", False) for v in variables):
+        if not variables or not all(is_variable(v) for v in variables):
             raise DistributionTypeError("ShardedVariable takes a non-empty list of variables",
                                         "pass the shards: ShardedVariable([v0, v1, ...])")
         first = variables[0]
@@ -89,7 +89,7 @@ class ShardedVariable:
     # --- updates: split by rows ----------------------------------------------------------------
     def split(self, value) -> list:
         """`value` (of this variable's shape) cut into the shards' pieces."""
-        value = value.read_value() if getattr(value, "_is_variable", False) else value
+        value = value.read_value() if is_variable(value) else value
         value = jnp.asarray(value)
         if tuple(value.shape) != tuple(self.shape):
             raise DistributionValueError(

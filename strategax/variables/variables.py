@@ -15,6 +15,7 @@ import numpy as np
 from jax import core as jax_core
 
 from .. import _context
+from .._markers import VariableMarker
 from ..dialects import collectives
 from ..dialects import variables as var_ops
 from ..errors import DistributionRuntimeError, DistributionTypeError, DistributionValueError, check_type
@@ -71,10 +72,9 @@ def _check_numeric(value, what: str) -> None:
                                     "pass a number, a (nested) list of numbers, or an array")
 
 
-class Variable:
+class Variable(VariableMarker):
     """A mutable tensor; distributed when created in a strategy's scope (like tf.Variable)."""
 
-    _is_variable = True
     _local = _global = None  # never a traced or program-output distributed value
     _optimizer_state = False  # an optimizer's slot or counter: f.stats().memory counts it as such
     _strategax_key_by_identity = True  # read at run time: an eager run's function may capture it (fn_key)
@@ -95,8 +95,8 @@ class Variable:
     def __reduce_ex__(self, protocol):
         """A variable stored elsewhere pickles as its storage says (a parameter server's variable
         becomes a worker's copy of it); others pickle as usual."""
-        reduce = getattr(self._store, "reduce_variable", None) if "_store" in self.__dict__ else None
-        return reduce() if reduce is not None else super().__reduce_ex__(protocol)
+        reduced = self._store.reduce_variable() if "_store" in self.__dict__ else None
+        return reduced if reduced is not None else super().__reduce_ex__(protocol)
 
     def __init__(self, initial_value, trainable: bool | None = None, name: str | None = None,
                  dtype=None, synchronization=VariableSynchronization.AUTO,
@@ -213,7 +213,7 @@ class Variable:
                 "reduce the value first (strategy.reduce / extended.reduce_to), or update the "
                 "variable inside strategy.run")
         if is_distributed(value):
-            value = value._local if value._local is not None else value.values[0]
+            value = value.tracer if value.tracer is not None else value.values[0]
         if isinstance(value, Variable):
             value = value.read_value()
         return self._checked_value(value, kind)
@@ -253,14 +253,12 @@ class Variable:
         ctx = _context_name()
         self._check_update(kind, ctx)
         if ctx == "replica" and is_distributed(value):
-            value = value._local  # a distributed value seen inside the replica function
+            value = value.tracer  # a distributed value seen inside the replica function
         value = self._coerce(value, kind)
         value = self._cross_replica_value(kind, value) if ctx == "cross_replica" else value
         if _traced():
             var_ops.update(self, kind, value, ctx)
-            observe = getattr(self._store, "traced_update", None)  # a worker's copy records its updates
-            if observe is not None:
-                observe(kind, value, ctx)
+            self._store.traced_update(kind, value, ctx)  # a worker's copy records its updates
             return self.read_value()
         self._store.eager_update(kind, value)
         return self.read_value()
@@ -361,7 +359,7 @@ class SyncOnReadVariable(_DistributedVariable):
         if kind == "assign" and self._aggregation is VariableAggregation.SUM:
             # the copies the value is divided among (a parameter server keeps one)
             assert self._strategy is not None, "a sync-on-read variable is made in a strategy's scope"
-            n = getattr(self._store, "num_copies", self._strategy.num_replicas_in_sync)
+            n = self._store.num_copies or self._strategy.num_replicas_in_sync
             if not jnp.issubdtype(self._dtype, jnp.integer):
                 return (value / n).astype(self._dtype)
             # an integer total divided exactly: every copy gets value // n, replica 0 the remainder

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...errors import DistributionRuntimeError
+from ...variables.buffers import VarBuffer
 from . import current
 
 
@@ -35,14 +36,17 @@ class VarRef:
                    var.aggregation.name, var.trainable)
 
 
-class RemoteBuffer:
-    """The storage of a coordinator's variable: a reference to its parameter server."""
+class RemoteBuffer(VarBuffer):
+    """The storage of a coordinator's variable: a reference to its parameter server (it holds
+    no array; every access asks the server)."""
 
-    num_copies = 1  # the server keeps one value (a sync-on-read variable's aggregate)
-
-    def __init__(self, var, cluster, ps: int, var_id: int):
-        self.var, self.cluster = var, cluster
+    def __init__(self, var, cluster, ps: int, var_id: int):  # no local buffer: VarBuffer's is not made
+        self.var, self.cluster, self.layout = var, cluster, None
         self.ref = VarRef.of(var, ps, var_id)
+
+    @property
+    def num_copies(self) -> int | None:
+        return 1  # the server keeps one value (a sync-on-read variable's aggregate)
 
     @classmethod
     def create(cls, var, initial, cluster, ps: int) -> "RemoteBuffer":
@@ -51,20 +55,24 @@ class RemoteBuffer:
 
     # --- what a compiled program would ask: never on the coordinator ------------------------
     def argument(self, layout):
-        raise DistributionRuntimeError(
+        raise self._run_on_coordinator()
+
+    def set(self, array) -> None:
+        raise self._run_on_coordinator()
+
+    def _run_on_coordinator(self) -> DistributionRuntimeError:
+        return DistributionRuntimeError(
             f"variable {self.var.name!r} of a ParameterServerStrategy was used by a program run on the "
             "coordinator; steps run on the workers",
             "schedule the step: coordinator = sx.experimental.coordinator.ClusterCoordinator(strategy); "
             "coordinator.schedule(step_fn, args=(...))")
 
-    def set(self, array) -> None:
-        self.argument(None)
-
     # --- cross-replica (eager) access ---------------------------------------------------------
     def eager_read(self):
         return jnp.asarray(self.cluster.call_ps(self.ref.ps, "read", [self.ref.id])[0])
 
-    global_value = eager_read
+    def global_value(self):
+        return self.eager_read()
 
     def components(self) -> tuple:
         return (self.eager_read(),)
@@ -72,5 +80,5 @@ class RemoteBuffer:
     def eager_update(self, kind: str, value) -> None:
         self.cluster.call_ps(self.ref.ps, "update", self.ref.id, kind, np.asarray(value, self.var.dtype))
 
-    def reduce_variable(self):
+    def reduce_variable(self) -> tuple | None:
         return current.shadow_of, (self.ref,)

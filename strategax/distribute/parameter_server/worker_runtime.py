@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from ... import _context
+from ..._markers import is_variable
 from ...cluster.ray import cloudpickle, dumps
 from ...errors import DistributionRuntimeError
 from ...input import DatasetsFromFunction, DistributedDataset
@@ -38,12 +39,12 @@ class ServerLost(Exception):
 def _to_host(tree):
     """A function's result as NumPy (what `RemoteValue.fetch` returns)."""
     def one(x):
-        if getattr(x, "_is_variable", False):
+        if is_variable(x):
             return np.asarray(x.read_value())
         if isinstance(x, DistributedValues):
             return type(x)(tuple(np.asarray(c) for c in x.values))
         return np.asarray(x) if isinstance(x, (jax.Array, np.ndarray, np.generic)) else x
-    return jax.tree_util.tree_map(one, tree, is_leaf=lambda x: is_distributed(x) or getattr(x, "_is_variable", False))
+    return jax.tree_util.tree_map(one, tree, is_leaf=lambda x: is_distributed(x) or is_variable(x))
 
 
 class WorkerRuntime:

@@ -4,10 +4,12 @@ every op node linked to its line in the IR."""
 from __future__ import annotations
 
 import html
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ...trace.inspection.report import ReportData
+
+if TYPE_CHECKING:  # imported where a graph is laid out: networkx takes ~0.5 s of every `import strategax`
+    import networkx as nx
 
 MAX_NODES = 600
 W, H, GAP_X, GAP_Y = 132, 22, 18, 46
@@ -16,6 +18,8 @@ STROKE = {"mirrored": "#1565c0", "per_replica": "#c62828", "sync_on_read": "#6a1
 
 
 def _layers(g: nx.DiGraph) -> list[list]:
+    import networkx as nx
+
     layers = [list(layer) for layer in nx.topological_generations(g)]
     x: dict = {}
 

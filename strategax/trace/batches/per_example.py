@@ -65,7 +65,7 @@ def sources(body: Block, results: tuple[int, ...], inputs: dict[int, Any]) -> di
 
 def trimmed(array: jax.Array, layout, source: Any) -> PerReplicaBatch:
     """A program's per-example output, keeping the real rows of `source`'s batch (a PerReplicaBatch)."""
-    return PerReplicaBatch._from_global_batch(array, layout, source._counts, source._count_value)
+    return PerReplicaBatch.from_global_batch(array, layout, source.real_counts, source.count_value)
 
 
 def batch_of(element: Any) -> Any:

@@ -20,11 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._markers import is_distributed_dataset
+
 ITERATOR, DATASET = "iterator", "dataset"
 
 
 def is_dataset(x: Any) -> bool:
-    return getattr(x, "_is_distributed_dataset", False)
+    return is_distributed_dataset(x)
 
 
 def called_by_for(depth: int = 2) -> bool:

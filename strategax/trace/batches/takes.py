@@ -90,13 +90,13 @@ def checked_key(key: Any) -> Any:
 
 def element_spec(element: Any) -> ElementSpec:
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
-    types = tuple(x._global[1].type.with_locality(Locality.PER_REPLICA) for x in leaves)
+    types = tuple(x.layout.type.with_locality(Locality.PER_REPLICA) for x in leaves)
     return ElementSpec(treedef, types, _rows(leaves))
 
 
 def _rows(leaves: list) -> int | None:
     padded = bool(leaves) and all(isinstance(x, PerReplicaBatch) for x in leaves)
-    return leaves[0]._rows if padded else None
+    return leaves[0].padded_rows if padded else None
 
 
 def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array] | None:
@@ -105,11 +105,11 @@ def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array] | None:
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     key = spec.key
     if treedef != key[0] or _rows(leaves) != key[2] or len(leaves) != len(key[1]) or any(
-            (x._global[1].type.shape, x._global[1].type.dtype) != k for x, k in zip(leaves, key[1])):
+            (x.layout.type.shape, x.layout.type.dtype) != k for x, k in zip(leaves, key[1])):
         return None
-    arrays = [x._global[0] for x in leaves]
+    arrays = [x.global_array for x in leaves]
     if spec.rows is not None:
-        arrays.append(leaves[0]._count_value._global[0])
+        arrays.append(leaves[0].count_value.global_array)
     return arrays
 
 
@@ -284,7 +284,7 @@ def take(stream: tuple) -> Any:
         _context.set_batch((outs[-1], spec.rows))
     if inputs.strategy.num_replicas_in_sync == 1:  # TensorFlow hands back plain values
         return jax.tree_util.tree_unflatten(spec.treedef, leaves)
-    return jax.tree_util.tree_unflatten(spec.treedef, [PerReplica._traced(v) for v in leaves])
+    return jax.tree_util.tree_unflatten(spec.treedef, [PerReplica.from_tracer(v) for v in leaves])
 
 
 # --- the plan: which batches a call takes, in program order --------------------------------

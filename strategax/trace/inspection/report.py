@@ -11,14 +11,16 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ... import ir
 from ...ir import Block, Module, is_collective, lookup
 from ...ir.analysis import CollectiveInfo, CollectiveStats, collective_stats
 from ..graph import module_graph
 from .memory import MemoryStats, memory_stats
+
+if TYPE_CHECKING:  # only a field's type here; importing networkx costs ~0.5 s of every `import strategax`
+    import networkx as nx
 
 TRACED = "traced"
 
