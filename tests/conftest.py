@@ -183,8 +183,10 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """pytest-xdist's workers (`-n 2 --dist loadgroup`, pyproject.toml) take whole files, so a
     file's module-scoped references compile once; the files that use the Ray cluster go to one
-    worker together, so a run starts one cluster."""
-    ray_files = {item.path for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
+    worker together, so a run starts one cluster (with them the multi-worker tutorial's, whose
+    first run the Ray Train test shares)."""
+    shared = ("ray_cluster", "tutorial_first_run")
+    ray_files = {item.path for item in items if set(shared) & set(getattr(item, "fixturenames", ()))}
     for item in items:
         group = "ray" if item.path in ray_files else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))

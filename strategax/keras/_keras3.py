@@ -53,6 +53,8 @@ def install() -> None:
     from keras.src.trainers import trainer as trainer_module
 
     _installed = True
+    from . import datasets
+    datasets.install()  # fit(sx.data.Dataset) and fit(distributed dataset)
     _wrap_compile(trainer_module.Trainer, keras)
     if keras.backend.backend() != "jax":
         return  # compile inside a strategax scope raises; nothing else to wrap
