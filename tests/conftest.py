@@ -180,16 +180,21 @@ def pytest_configure(config):
 
 # The slowest files (worker processes, Ray, flax models: measured), handed to pytest-xdist's
 # workers first so the run ends on short files; the order changes only the time.
-SLOW_FIRST = ("test_multi_worker_tutorial.py", "test_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
+SLOW_FIRST = ("test_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
               "test_multi_worker_hung.py", "test_multi_worker_faults.py", "test_multi_worker_safety.py",
               "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_fuse_collectives.py")
 
 
+# Session fixtures whose files go to one xdist worker together: the Ray cluster (one per run), and
+# the multi-worker tutorial's first run, which the Ray Train test shares
+SHARED = ("ray_cluster", "tutorial_first_run")
+
+
 def uses_ray(file: str | Path) -> bool:
-    """Whether a test file asks for the session's Ray cluster (the `ray_cluster` fixture)."""
+    """Whether a test file asks for the session's Ray cluster or another SHARED fixture."""
     path = Path(file)
     path = path if path.is_absolute() else Path(__file__).resolve().parent.parent / path
-    return path.suffix == ".py" and path.is_file() and "ray_cluster" in path.read_text()
+    return path.suffix == ".py" and path.is_file() and any(name in path.read_text() for name in SHARED)
 
 
 def file_rank(file: str | Path) -> tuple:
@@ -208,7 +213,8 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist (`-n 2`, pyproject.toml) hands out whole files, so a file's module-scoped
     references compile once; the files that use the Ray cluster go to one worker together, so a
-    run starts one cluster. Files go out in the order the workers collected them (file_rank's).
+    run starts one cluster (with them the multi-worker tutorial's, whose first run the Ray Train
+    test shares). Files go out in the order the workers collected them (file_rank's).
     (xdist's own `--dist loadgroup` marks do not group under pytest 9: xdist renames the test ids
     through an attribute pytest 9 no longer reads.)"""
     from xdist.scheduler import LoadScopeScheduling
@@ -245,3 +251,15 @@ def ray_cluster():
 
         stop_shared()
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tutorial_first_run(tmp_path_factory):
+    """The multi-worker tutorial's script (examples/multi_worker_custom_training.py), 2 workers
+    under TF_CONFIG on loopback, 2 epochs: (its working directory, each worker's history). Run
+    once for the tutorial's test (which restarts it from that directory) and the Ray Train test
+    (which compares with it)."""
+    from test_multi_worker_tutorial import run_job
+
+    tmp = tmp_path_factory.mktemp("tutorial")
+    return tmp, run_job(tmp, "first", 2)

@@ -71,7 +71,7 @@ def run_job(tmp_path: Path, name: str, epochs: int) -> list[dict]:
         return [job.result(w) for w in range(WORKERS)]
 
 
-def test_the_tutorial_saves_in_its_pattern_and_resumes_after_the_last_saved_epoch(tmp_path):
+def test_the_tutorial_saves_in_its_pattern_and_resumes_after_the_last_saved_epoch(tutorial_first_run):
     # Intent: both workers call CheckpointManager.save() every epoch, each into the folder it
     # names (relative: "ckpt" and "workertemp_1/ckpt" under the working directory); the chief's
     # holds the checkpoint, worker 1 deletes its own after each save, nothing waits or hangs. The
@@ -79,7 +79,7 @@ def test_the_tutorial_saves_in_its_pattern_and_resumes_after_the_last_saved_epoc
     # restores the chief's checkpoint on both workers and trains epoch 2 only, ending with the
     # parameters of plain JAX's three epochs (RMSprop's accumulators restarted with the job:
     # the tutorial's checkpoint holds no optimizer).
-    first = run_job(tmp_path, "first", 2)
+    tmp_path, first = tutorial_first_run  # run_job(tmp_path, "first", 2)
     want = reference(EPOCHS, restart=2)
     manager = sx.CheckpointManager(sx.Checkpoint(x=sx.Variable(0.0)), str(tmp_path / "ckpt"))
     assert [Path(p).name for p in manager.checkpoints] == ["ckpt-2"]  # max_to_keep=1

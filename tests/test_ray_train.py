@@ -14,8 +14,8 @@ import pytest
 
 import strategax as sx
 
-from ray_train_jobs import fit, histories, resumable, tutorial
-from test_multi_worker_tutorial import ARGS, BATCH, EXAMPLE, WORKERS, reference, run_job
+from ray_train_jobs import exception_recorder, fit, histories, resumable, tutorial
+from test_multi_worker_tutorial import ARGS, BATCH, EXAMPLE, WORKERS, reference
 
 EPOCHS = 2
 
@@ -27,17 +27,17 @@ def args(batch: int, checkpoint_dir) -> list[str]:
     return out + ["--epochs", str(EPOCHS)]
 
 
-def one_machine(tmp_path, replicas: int) -> dict:
-    """The script with no TF_CONFIG: one worker of `replicas` devices."""
+def one_machine(tmp_path, replicas: int) -> subprocess.Popen:
+    """The script with no TF_CONFIG, started: one worker of `replicas` devices (its output in
+    tmp_path/one.out and one.err)."""
     environ = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     environ.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={replicas}", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, str(EXAMPLE), *args(BATCH * WORKERS, tmp_path / "one_ckpt")],
-                          capture_output=True, text=True, env=environ, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    with open(tmp_path / "one.out", "w") as out, open(tmp_path / "one.err", "w") as err:
+        return subprocess.Popen([sys.executable, str(EXAMPLE), *args(BATCH * WORKERS, tmp_path / "one_ckpt")],
+                                stdout=out, stderr=err, env=environ, cwd=tmp_path)
 
 
-def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cluster, tmp_path):
+def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cluster, tutorial_first_run, tmp_path):
     # Intent: one call (JaxTrainer.fit) starts 2 workers of the tutorial's script on the local Ray
     # cluster, 1 CPU device each; their losses and accuracy per epoch equal the same script's
     # under TF_CONFIG on loopback (2 workers), on one machine with 2 devices (the same global
@@ -47,13 +47,19 @@ def test_the_tutorial_on_ray_trains_as_under_tf_config_and_on_one_machine(ray_cl
 
     out = tmp_path / "ray_out"
     out.mkdir()
-    fit(JaxTrainer(tutorial, train_loop_config={"argv": args(BATCH, tmp_path / "ray_ckpt"), "out": str(out),
-                                                "devices": 1},
-                   scaling_config=ScalingConfig(num_workers=WORKERS),
-                   run_config=RunConfig(name="tutorial", storage_path=str(tmp_path / "ray_storage"))), timeout=300)
+    _, under_tf_config = tutorial_first_run  # the same arguments (checkpoints in its own directory)
+    alone = one_machine(tmp_path, WORKERS)  # at the same time as the Ray job
+    try:
+        fit(JaxTrainer(tutorial, train_loop_config={"argv": args(BATCH, tmp_path / "ray_ckpt"), "out": str(out),
+                                                    "devices": 1},
+                       scaling_config=ScalingConfig(num_workers=WORKERS),
+                       run_config=RunConfig(name="tutorial", storage_path=str(tmp_path / "ray_storage"))), timeout=300)
+        alone.wait(timeout=300)
+    finally:
+        alone.kill()
+    assert alone.returncode == 0, (tmp_path / "one.err").read_text()[-3000:]
+    alone = json.loads((tmp_path / "one.out").read_text().splitlines()[-1])
     on_ray = histories(out, WORKERS)
-    under_tf_config = run_job(tmp_path, "tf_config", EPOCHS)
-    alone = one_machine(tmp_path, WORKERS)
     want = reference(EPOCHS)
     assert alone["epochs"] == [0, 1]
     np.testing.assert_allclose(alone["loss"], want["loss"], rtol=1e-5)
@@ -71,8 +77,9 @@ STEPS, EVERY, KILL_AFTER = 12, 3, 7
 
 def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(ray_cluster, tmp_path):
     # Intent: 2 Ray Train workers train the MLP for STEPS steps, an sx.CheckpointManager saving
-    # every EVERY steps (restore_or_initialize is their only fault-tolerance code); worker 1's
-    # process is SIGKILLed once it has done step KILL_AFTER. The group stops, Ray Train
+    # every EVERY steps into Ray Train's storage path (restore_or_initialize is their only
+    # fault-tolerance code); worker 1's process is SIGKILLed once it has done step KILL_AFTER.
+    # The group stops (worker 0 with WorkerLostError), Ray Train
     # (FailureConfig) starts it again, both workers resume from the last complete checkpoint
     # (a step number that is a multiple of EVERY, at most KILL_AFTER + a step or two), train
     # the rest, and end with plain JAX's parameters and final loss over all STEPS steps and
@@ -105,13 +112,20 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(ray_cluster, 
 
     killer = threading.Thread(target=kill_worker_1, daemon=True)
     killer.start()
-    fit(JaxTrainer(resumable, train_loop_config={"steps": STEPS, "every": EVERY, "ckpt": str(tmp_path / "ckpt"),
-                                                 "out": str(out), "devices": 1},
+    storage = tmp_path / "ray_storage"  # the checkpoints in Ray Train's storage, in the run's folder
+    config = {"steps": STEPS, "every": EVERY, "ckpt": str(storage / "restart" / "ckpt"), "out": str(out), "devices": 1}
+    fit(JaxTrainer(resumable, train_loop_config=config,
                    scaling_config=ScalingConfig(num_workers=2),
-                   run_config=RunConfig(name="restart", storage_path=str(tmp_path / "ray_storage"),
-                                        failure_config=FailureConfig(max_failures=2))), timeout=400)
+                   run_config=RunConfig(name="restart", storage_path=str(storage),
+                                        failure_config=FailureConfig(max_failures=2),
+                                        callbacks=[exception_recorder(str(tmp_path / "errors.jsonl"))])), timeout=400)
     killer.join(timeout=1)
     assert killed, "worker 1 was never killed"
+    # what the group stopped with: worker 0 named worker 1 (worker 1's own process is gone)
+    errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    survivor = [e["error"] for e in errors if e["rank"] == 0]
+    assert survivor and "WorkerLostError" in survivor[0] and "worker 1 (worker, task index 1, " in survivor[0] \
+        and "was lost (its process is gone)" in survivor[0], errors
     ref_losses, ref_params = reference_training(STEPS)
     for w in range(2):
         lines = (out / f"worker{w}.log").read_text().splitlines()

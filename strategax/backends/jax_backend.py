@@ -6,6 +6,7 @@ keeps JAX from adding collectives of its own: the only communication is what the
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import jax
@@ -16,7 +17,7 @@ from ..dialects import LOWERINGS, generic_lowering
 from ..dialects.logical import constrain_propagated
 from ..errors import internal_error, is_named
 from ..ir import Block, Locality, Module, TensorType, has_collective, lookup
-from . import compile_cache
+from . import compile_cache, gc_pause
 from .inflight import throttle
 from .layout import AXIS, ReplicaLayout
 from .metadata import op_metadata
@@ -95,6 +96,7 @@ class Executable:
         ctx = LoweringContext(mesh.shape[AXIS], mesh)
         in_layouts, out_layouts = self.in_layouts, self.out_layouts
         self._cache_first_run = compile_cache.configure() is not None  # its compilation goes to the cache
+        self._first_run = True  # lowered and compiled by JAX: with the garbage collector paused
 
         def body(*local):
             args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
@@ -112,10 +114,10 @@ class Executable:
                               donate_argnums=tuple(donate_argnums))
 
     def __call__(self, *global_args) -> tuple:
-        if self._cache_first_run:
-            with compile_cache.writing():
+        if self._first_run:
+            with gc_pause.paused(), compile_cache.writing() if self._cache_first_run else contextlib.nullcontext():
                 outs = self.jitted(*global_args)
-            self._cache_first_run = False
+            self._first_run = self._cache_first_run = False
         else:
             outs = self.jitted(*global_args)
         if self.marker is not None:

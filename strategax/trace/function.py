@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .. import _context, ir
 from .._markers import is_variable
-from ..backends import Executable
+from ..backends import Executable, gc_pause
 from ..dialects.rows import mark_rows
 from ..errors import (DistributionRuntimeError, DistributionTypeError, DistributionValueError, _is_internal,
                       internal_stage)
@@ -294,10 +294,11 @@ class StrategyFunction:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
         self._detector.traced(self._origin, self._key(sig), sig.treedef, self._parts, self._cache_size)
-        if dump.dump_dir() is None:
-            compiled = self._build(sig)
-        else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
-            compiled = dump.compile_dumped(self, sig, lambda snapshots, timings: self._build(sig, snapshots, timings))
+        with gc_pause.paused():  # trace, import and passes allocate; nothing to collect mid-way
+            if dump.dump_dir() is None:
+                compiled = self._build(sig)
+            else:  # STRATEGAX_DUMP_TO: also write every stage, the programs and a summary
+                compiled = dump.compile_dumped(self, sig, lambda snaps, timings: self._build(sig, snaps, timings))
         compiled.last_call = self._detector.calls
         if len(self._cache) >= self._cache_size:  # full: the least recently used program goes
             del self._cache[min(self._cache, key=lambda k: self._cache[k].last_call)]
