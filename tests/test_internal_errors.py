@@ -85,7 +85,7 @@ def test_the_import_raising_is_an_internal_error(strategy, monkeypatch):
 def test_a_compiled_call_raising_is_an_internal_error(strategy, monkeypatch):
     def broken(array, layout):
         raise AttributeError("planted")
-    monkeypatch.setattr(compiled.Mirrored, "_from_global", staticmethod(broken))
+    monkeypatch.setattr(compiled.Mirrored, "from_global", staticmethod(broken))
     x = _values(strategy)
     step = strategy.function(lambda x: strategy.run(
         lambda v: sx.get_replica_context().all_reduce("SUM", v), args=(x,)))

@@ -36,3 +36,23 @@ def test_no_attribute_probe_stands_in_for_a_type_test():
     assert PROBE.search('getattr(x, "_is_variable", False)')
     hits = _hits(PROBE)
     assert not hits, "use strategax._markers (is_variable, is_distributed_input, ...):\n" + "\n".join(hits)
+
+
+LAYOUT_HOLDER = ROOT / "dialects" / "control_flow.py"
+LAYOUT_ATTRS = re.compile(r"""["'](num_consts|num_carry|cond_nconsts|body_nconsts)["']""")
+LOOP_OPS = re.compile(r"""["']jax\.(scan|while|cond)["']""")
+OPERAND_INDEX = re.compile(r"\.operands\s*\[")
+
+
+def test_only_operand_groups_knows_a_loop_ops_operand_layout():
+    # Intent: consts / carry / xs are cut in one place (control_flow.operand_groups): no other
+    # module reads the layout attributes, nor indexes the operands of a module naming a loop op.
+    assert LAYOUT_ATTRS.search('op.attrs["num_carry"]') and OPERAND_INDEX.search("op.operands[nc:]")
+    hits = _hits(LAYOUT_ATTRS, skip=LAYOUT_HOLDER)
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        if path != LAYOUT_HOLDER and LOOP_OPS.search(text):
+            hits += [f"{path.relative_to(ROOT.parent)}:{n}: {line.strip()}"
+                     for n, line in enumerate(text.splitlines(), 1) if OPERAND_INDEX.search(line)]
+    assert not hits, "cut a jax.scan / jax.while / jax.cond's operands with control_flow.operand_groups:\n" \
+                     + "\n".join(hits)

@@ -29,6 +29,7 @@ from ..cluster.runtime import WorkerRuntime
 from ..errors import CheckpointError
 from ..variables import Optimizer, ShardedVariable, Variable
 from . import digest, names, paths, storage
+from .keras_objects import KerasEntry
 from .names import Path, Stored, shown
 from .status import CheckpointLoadStatus, InitializationOnlyStatus
 
@@ -378,6 +379,8 @@ class _Plan:
         unique = {id(v): v for v in objects.variables.values()}.values()
         for opt_path, opt in objects.optimizers.items():
             for var in unique:
+                if isinstance(var, KerasEntry):
+                    continue  # a Keras variable: an sx.Optimizer keeps no state for it
                 prefix = names.slot_prefix(opt_path, var_paths[id(var)])
                 found = [p[len(prefix):] for p in meta if p[:len(prefix)] == prefix]
                 if isinstance(var, ShardedVariable):

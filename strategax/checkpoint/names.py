@@ -4,7 +4,8 @@ A variable is stored at its path (`("params", "w1")`); an optimizer at path `o` 
 non-slot variables at `o + ("iterations",)` (with a dynamic loss scale also
 `o + ("loss_scale", "current_loss_scale")` and `o + ("loss_scale", "good_steps")`) and each
 slot at `o + ("slots",) + <its variable's path> + <optax state path>`, e.g.
-`("optimizer", "slots", "params", "w1", "0", "mu")`. orbax names an entry by its
+`("optimizer", "slots", "params", "w1", "0", "mu")`. A Keras model or optimizer at path `k`
+stores its variables by position, `k + ("variables", "0")`... (`keras_objects`). orbax names an entry by its
 path joined with "." (`params.w1`), so two paths that join to the same name (with "/" read as
 a separator too, as storage paths and TensorFlow read it), a key that is not
 a non-empty string, or a slot whose variable the checkpoint does not hold cannot be stored
@@ -17,9 +18,10 @@ from typing import Any
 
 from ..errors import CheckpointError
 from ..variables import Optimizer, ShardedVariable, Variable
+from .keras_objects import KerasEntry, build_optimizers, entries, is_keras_object
 
 Path = tuple[str, ...]
-Stored = Variable | ShardedVariable  # what an entry holds: a sharded variable is stored whole
+Stored = Variable | ShardedVariable | KerasEntry  # what an entry holds: a sharded variable is stored whole
 
 
 def dotted(path: Path) -> str:
@@ -49,8 +51,22 @@ class Objects:
 def collect(objects: dict) -> Objects:
     """Walk the keyword arguments of `sx.Checkpoint` (nested dicts, lists and tuples)."""
     out = Objects()
+    keras_objects: list = []
+    _find_keras(objects, keras_objects)
+    build_optimizers(keras_objects)  # a compiled model's optimizer gets its slots before they are named
     _walk((), objects, out)
     return out
+
+
+def _find_keras(obj: Any, found: list) -> None:
+    if is_keras_object(obj):
+        found.append(obj)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _find_keras(value, found)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _find_keras(value, found)
 
 
 def _walk(path: Path, obj: Any, out: Objects) -> None:
@@ -58,6 +74,9 @@ def _walk(path: Path, obj: Any, out: Objects) -> None:
         out.variables[path] = obj
     elif isinstance(obj, Optimizer):
         out.optimizers[path] = obj
+    elif is_keras_object(obj):  # a Keras model or optimizer: its variables, by position
+        for name, entry in entries(obj):
+            out.variables[path + ("variables", name)] = entry
     elif isinstance(obj, dict):
         for key, value in obj.items():
             if not isinstance(key, str) or not key:
@@ -70,7 +89,7 @@ def _walk(path: Path, obj: Any, out: Objects) -> None:
             _walk(path + (str(i),), value, out)
     else:
         raise CheckpointError(f"sx.Checkpoint cannot save {type(obj).__name__} at {shown(path)!r}",
-                              "pass variables, optimizers, or dicts/lists of them")
+                              "pass variables, optimizers, Keras models and optimizers, or dicts/lists of them")
 
 
 def stored(objects: Objects) -> dict[Path, Stored]:

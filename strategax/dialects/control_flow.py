@@ -11,7 +11,8 @@ the current mesh context.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 from jax import lax
@@ -66,14 +67,55 @@ def _types(values) -> list:
     return [v.type for v in values]
 
 
+# --- each op's operand layout (JAX's): the one place that knows it -------------------------
+class CondOperands(NamedTuple):
+    index: list  # [the branch index]
+    operands: list  # what every branch's arguments take
+
+
+class WhileOperands(NamedTuple):
+    cond_consts: list  # the cond region's constants
+    body_consts: list  # the body region's constants
+    carry: list  # the loop carry's initial values (the results' layout)
+
+
+class ScanOperands(NamedTuple):
+    consts: list  # the body's constants
+    carry: list  # the carry's initial values (the first results)
+    xs: list  # the scanned values, stepped along their leading axis (the rest of the results: ys)
+
+
+def split_list(values: Sequence, sizes: Sequence[int]) -> list[list]:
+    """`values` cut into pieces of `sizes`, and the rest (JAX's `split_list`)."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(list(values[start:start + n]))
+        start += n
+    return [*out, list(values[start:])]
+
+
+def operand_groups(op: Operation, values: Sequence | None = None) -> CondOperands | WhileOperands | ScanOperands:
+    """`op`'s operands by role (or `values` laid out like them: lowering's and the reference
+    interpreter's arguments). Every reader of a region op's operands goes through this."""
+    values = op.operands if values is None else values
+    if op.name == "jax.cond":
+        return CondOperands(*split_list(values, [1]))
+    if op.name == "jax.while":
+        return WhileOperands(*split_list(values, [op.attrs["cond_nconsts"], op.attrs["body_nconsts"]]))
+    if op.name == "jax.scan":
+        return ScanOperands(*split_list(values, [op.attrs["num_consts"], op.attrs["num_carry"]]))
+    raise ValueError(f"internal error: {op.name} has no region operand layout")
+
+
 def _verify_cond(op: Operation) -> str | None:
     if not op.regions or not op.operands:
         return "needs a branch index operand and at least one branch"
     index = op.operands[0].type
     if index.shape != () or index.dtype.kind not in "iu":
         return f"the branch index is {index}; it must be an integer scalar"
+    operands = _types(_cond_operands(op).operands)
     for i, b in enumerate(op.regions):
-        problem = (_mismatch(f"branch {i}'s arguments", _types(b.args), _types(op.operands[1:]))
+        problem = (_mismatch(f"branch {i}'s arguments", _types(b.args), operands)
                    or _mismatch(f"branch {i}'s yield", _types(b.results), _types(op.results)))
         if problem:
             return problem
@@ -83,13 +125,13 @@ def _verify_cond(op: Operation) -> str | None:
 def _verify_while(op: Operation) -> str | None:
     if len(op.regions) != 2:
         return "needs a cond and a body region"
-    cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-    if cn + bn > len(op.operands):
+    if op.attrs["cond_nconsts"] + op.attrs["body_nconsts"] > len(op.operands):
         return f"has {len(op.operands)} operands, fewer than cond_nconsts + body_nconsts"
-    consts, carry = _types(op.operands[:cn + bn]), _types(op.operands[cn + bn:])
+    g = _while_operands(op)
+    carry = _types(g.carry)
     cond, body = op.regions
-    problem = (_mismatch("the cond region's arguments", _types(cond.args), consts[:cn] + carry)
-               or _mismatch("the body region's arguments", _types(body.args), consts[cn:] + carry)
+    problem = (_mismatch("the cond region's arguments", _types(cond.args), _types(g.cond_consts) + carry)
+               or _mismatch("the body region's arguments", _types(body.args), _types(g.body_consts) + carry)
                or _mismatch("the body region's yield", _types(body.results), carry)
                or _mismatch("the results", _types(op.results), carry))
     if problem:
@@ -102,18 +144,18 @@ def _verify_while(op: Operation) -> str | None:
 def _verify_scan(op: Operation) -> str | None:
     if len(op.regions) != 1:
         return "needs one body region"
-    nc, ncarry, length = op.attrs["num_consts"], op.attrs["num_carry"], op.attrs["length"]
-    if nc + ncarry > len(op.operands) or ncarry > len(op.results):
+    ncarry, length = op.attrs["num_carry"], op.attrs["length"]
+    if op.attrs["num_consts"] + ncarry > len(op.operands) or ncarry > len(op.results):
         return "num_consts and num_carry count more values than the operands or results hold"
-    body, operands = op.regions[0], _types(op.operands)
-    xs = operands[nc + ncarry:]
+    body, g = op.regions[0], _scan_operands(op)
+    consts, carry, xs = _types(g.consts), _types(g.carry), _types(g.xs)
     for k, x in enumerate(xs):
         if not x.shape or x.shape[0] != length:
             return f"scanned operand {k} is {x}; its leading dimension must be the length, {length}"
     slices = [TensorType(x.shape[1:], x.dtype) for x in xs]
-    problem = (_mismatch("the body's arguments", _types(body.args), operands[:nc + ncarry] + slices)
-               or _mismatch("the body's yielded carry", _types(body.results[:ncarry]), operands[nc:nc + ncarry])
-               or _mismatch("the carried results", _types(op.results[:ncarry]), operands[nc:nc + ncarry]))
+    problem = (_mismatch("the body's arguments", _types(body.args), consts + carry + slices)
+               or _mismatch("the body's yielded carry", _types(body.results[:ncarry]), carry)
+               or _mismatch("the carried results", _types(op.results[:ncarry]), carry))
     if problem:
         return problem
     stacked = [TensorType((length, *y.type.shape), y.type.dtype) for y in body.results[ncarry:]]
@@ -121,45 +163,117 @@ def _verify_scan(op: Operation) -> str | None:
 
 
 # --- how values flow through a region op (read by the analyses: rows, localities) ----------
-def region_flows(op: Operation) -> list[tuple[Value, Value, int]]:
+Flow = tuple[Value, Value, int]  # (source, target, shift)
+
+
+def _cond_operands(op: Operation, values: Sequence | None = None) -> CondOperands:
+    g = operand_groups(op, values)
+    assert isinstance(g, CondOperands)
+    return g
+
+
+def _while_operands(op: Operation, values: Sequence | None = None) -> WhileOperands:
+    g = operand_groups(op, values)
+    assert isinstance(g, WhileOperands)
+    return g
+
+
+def _scan_operands(op: Operation, values: Sequence | None = None) -> ScanOperands:
+    g = operand_groups(op, values)
+    assert isinstance(g, ScanOperands)
+    return g
+
+
+def _cond_flows(op: Operation) -> list[Flow]:
+    flows: list[Flow] = []
+    for branch in op.regions:
+        flows += [(x, a, 0) for x, a in zip(_cond_operands(op).operands, branch.args)]
+        flows += [(y, r, 0) for y, r in zip(branch.results, op.results)]
+    return flows
+
+
+def _while_flows(op: Operation) -> list[Flow]:
+    g, (cond, body) = _while_operands(op), op.regions
+    cn, bn = len(g.cond_consts), len(g.body_consts)
+    flows: list[Flow] = [(x, a, 0) for x, a in zip(g.cond_consts, cond.args)]
+    flows += [(x, a, 0) for x, a in zip(g.body_consts, body.args)]
+    for j, x in enumerate(g.carry):
+        for source in (x, body.results[j]):
+            flows += [(source, cond.args[cn + j], 0), (source, body.args[bn + j], 0), (source, op.results[j], 0)]
+    return flows
+
+
+def _scan_flows(op: Operation) -> list[Flow]:
+    g, body = _scan_operands(op), op.regions[0]
+    nc, ncarry = len(g.consts), len(g.carry)
+    flows: list[Flow] = [(x, a, 0) for x, a in zip(g.consts + g.carry, body.args)]
+    for j, x in enumerate(g.carry):
+        flows += [(x, op.results[j], 0), (body.results[j], body.args[nc + j], 0), (body.results[j], op.results[j], 0)]
+    flows += [(x, a, 1) for x, a in zip(g.xs, body.args[nc + ncarry:])]
+    flows += [(y, r, 1) for y, r in zip(body.results[ncarry:], op.results[ncarry:])]
+    return flows
+
+
+def _scan_axes(op: Operation) -> list[tuple[Value, int]]:
+    g = _scan_operands(op)
+    return [(x, 0) for x in g.xs] + [(y, 0) for y in op.results[len(g.carry):]]
+
+
+def _cond_add_const(op: Operation, value: Value) -> None:
+    g = _cond_operands(op)
+    op.operands = [*g.index, value, *g.operands]
+
+
+def _while_add_const(op: Operation, value: Value) -> None:
+    g = _while_operands(op)
+    op.operands = [value, *g.cond_consts, value, *g.body_consts, *g.carry]
+    op.attrs = {**op.attrs, "cond_nconsts": len(g.cond_consts) + 1, "body_nconsts": len(g.body_consts) + 1}
+
+
+def _scan_add_const(op: Operation, value: Value) -> None:
+    g = _scan_operands(op)
+    op.operands = [value, *g.consts, *g.carry, *g.xs]
+    attrs = {**op.attrs, "num_consts": len(g.consts) + 1}
+    if isinstance(attrs.get("linear"), tuple):
+        attrs["linear"] = (False, *attrs["linear"])
+    op.attrs = attrs
+
+
+@dataclass(frozen=True)
+class RegionOpFacts:
+    """What the analyses and rewrites ask of one region op, in one record per op."""
+
+    flows: Callable[[Operation], list[Flow]]  # see region_flows
+    predicate: Callable[[Operation], tuple[Value, str] | None]  # see branch_predicate
+    scanned: Callable[[Operation], list[tuple[Value, int]]]  # see scanned_axes
+    add_const: Callable[[Operation, Value], None]  # the operand of a new region constant
+
+
+REGION_OPS: dict[str, RegionOpFacts] = {
+    "jax.cond": RegionOpFacts(
+        _cond_flows, lambda op: (_cond_operands(op).index[0], "a lax.cond/switch whose branch index"),
+        lambda op: [], _cond_add_const),
+    "jax.while": RegionOpFacts(
+        _while_flows, lambda op: (op.regions[0].results[0], "a lax.while_loop whose condition"),
+        lambda op: [], _while_add_const),
+    "jax.scan": RegionOpFacts(_scan_flows, lambda op: None, _scan_axes, _scan_add_const),
+}
+
+
+def region_flows(op: Operation) -> list[Flow]:
     """Every edge along which `op` passes a value on, as (source, target, shift): an operand to
     the region argument it feeds, a region's result to the op result it becomes and, in a loop,
     to the next iteration's argument. Axis k of the region-side value is axis k + shift of the
     outer one (shift 1 for a scan's xs and ys, whose leading axis is the scanned one)."""
-    flows: list[tuple[Value, Value, int]] = []
-    if op.name == "jax.cond":
-        for branch in op.regions:
-            flows += [(x, a, 0) for x, a in zip(op.operands[1:], branch.args)]
-            flows += [(y, r, 0) for y, r in zip(branch.results, op.results)]
-    elif op.name == "jax.while":
-        cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-        cond, body = op.regions
-        flows += [(x, a, 0) for x, a in zip(op.operands[:cn], cond.args[:cn])]
-        flows += [(x, a, 0) for x, a in zip(op.operands[cn:cn + bn], body.args[:bn])]
-        for j, x in enumerate(op.operands[cn + bn:]):
-            for source in (x, body.results[j]):
-                flows += [(source, cond.args[cn + j], 0), (source, body.args[bn + j], 0),
-                          (source, op.results[j], 0)]
-    elif op.name == "jax.scan":
-        nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
-        body = op.regions[0]
-        flows += [(x, a, 0) for x, a in zip(op.operands[:nc + ncarry], body.args[:nc + ncarry])]
-        for j in range(ncarry):
-            flows += [(op.operands[nc + j], op.results[j], 0), (body.results[j], body.args[nc + j], 0),
-                      (body.results[j], op.results[j], 0)]
-        flows += [(x, a, 1) for x, a in zip(op.operands[nc + ncarry:], body.args[nc + ncarry:])]
-        flows += [(y, r, 1) for y, r in zip(body.results[ncarry:], op.results[ncarry:])]
-    return flows
+    facts = REGION_OPS.get(op.name)
+    return facts.flows(op) if facts is not None else []
 
 
 def branch_predicate(op: Operation) -> tuple[Value, str] | None:
     """The value that decides which path replicas take through `op`'s regions (a cond's index,
     a while's condition) and what it is, in the user's words; None for a scan or another op."""
-    if op.name == "jax.cond":
-        return op.operands[0], "a lax.cond/switch whose branch index"
-    if op.name == "jax.while":
-        return op.regions[0].results[0], "a lax.while_loop whose condition"
-    return None
+    facts = REGION_OPS.get(op.name)
+    return facts.predicate(op) if facts is not None else None
 
 
 def _flow_locality(op: Operation, localities) -> list[Locality]:
@@ -178,31 +292,19 @@ def _flow_locality(op: Operation, localities) -> list[Locality]:
 def scanned_axes(op: Operation) -> list[tuple[Value, int]]:
     """The outer axes a loop steps along (a scan's xs and ys, axis 0): a row axis there would
     be iterated row by row."""
-    if op.name != "jax.scan":
-        return []
-    nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
-    return [(x, 0) for x in op.operands[nc + ncarry:]] + [(y, 0) for y in op.results[ncarry:]]
+    facts = REGION_OPS.get(op.name)
+    return facts.scanned(op) if facts is not None else []
 
 
 def add_const(op: Operation, value: Value) -> list[Value]:
     """Make outer `value` visible inside every region of `op` as a new first argument (a loop
-    constant, a branch operand); returns those arguments, one per region."""
-    new = [Value(value.type.with_sharding(None)) for _ in op.regions]
-    if op.name == "jax.cond":
-        op.operands.insert(1, value)
-    elif op.name == "jax.while":
-        cn = op.attrs["cond_nconsts"]
-        op.operands[cn:cn] = [value]
-        op.operands.insert(0, value)
-        op.attrs = {**op.attrs, "cond_nconsts": cn + 1, "body_nconsts": op.attrs["body_nconsts"] + 1}
-    elif op.name == "jax.scan":
-        op.operands.insert(0, value)
-        attrs = {**op.attrs, "num_consts": op.attrs["num_consts"] + 1}
-        if isinstance(attrs.get("linear"), tuple):
-            attrs["linear"] = (False, *attrs["linear"])
-        op.attrs = attrs
-    else:
+    constant, a branch operand); returns those arguments, one per region. Passes call it through
+    their block's rewriter (`BlockRewriter.add_region_const`)."""
+    facts = REGION_OPS.get(op.name)
+    if facts is None:
         raise ValueError(f"internal error: {op.name} has no region constants")
+    new = [Value(value.type.with_sharding(None)) for _ in op.regions]
+    facts.add_const(op, value)
     for region, arg in zip(op.regions, new):
         region.args.insert(0, arg)
     return new
@@ -247,7 +349,7 @@ def _run_with_state(ctx, names: list[str], state: Sequence, block: Block, args: 
         ctx.vars = saved
 
 
-def _split(values: Sequence, n: int) -> tuple[list, list]:
+def _split_last(values: Sequence, n: int) -> tuple[list, list]:
     """(all but the last n, the last n)."""
     k = len(values) - n
     return list(values[:k]), list(values[k:])
@@ -259,48 +361,47 @@ def _lower_cond(op, args, ctx):
 
     def branch(block):
         def run(*a):
-            operands, st = _split(a, len(names))
+            operands, st = _split_last(a, len(names))
             return tuple(_run_with_state(ctx, names, st, block, operands))
         return run
 
-    outs, new = _split(lax.switch(args[0], [branch(b) for b in op.regions], *args[1:], *state), len(names))
+    index, operands = _cond_operands(op, args)
+    outs, new = _split_last(lax.switch(index[0], [branch(b) for b in op.regions], *operands, *state), len(names))
     ctx.vars.update(zip(names, new))
     return outs
 
 
 def _lower_while(op, args, ctx):
     names = _written(op)
-    cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-    cconsts, bconsts, init = args[:cn], args[cn:cn + bn], args[cn + bn:]
+    cconsts, bconsts, init = _while_operands(op, args)
     cond, body = op.regions
 
     def cond_fn(c):
-        carry, st = _split(c, len(names))
+        carry, st = _split_last(c, len(names))
         return _run_with_state(ctx, names, st, cond, [*cconsts, *carry])[0]
 
     def body_fn(c):
-        carry, st = _split(c, len(names))
+        carry, st = _split_last(c, len(names))
         return tuple(_run_with_state(ctx, names, st, body, [*bconsts, *carry]))
 
-    out, new = _split(lax.while_loop(cond_fn, body_fn, (*init, *(ctx.vars[n] for n in names))), len(names))
+    out, new = _split_last(lax.while_loop(cond_fn, body_fn, (*init, *(ctx.vars[n] for n in names))), len(names))
     ctx.vars.update(zip(names, new))
     return out
 
 
 def _lower_scan(op, args, ctx):
     names = _written(op)
-    nc, ncarry = op.attrs["num_consts"], op.attrs["num_carry"]
-    consts, init, xs = args[:nc], args[nc:nc + ncarry], args[nc + ncarry:]
-    body = op.regions[0]
+    consts, init, xs = _scan_operands(op, args)
+    ncarry, body = len(init), op.regions[0]
 
     def step(c, x):
-        carry, st = _split(c, len(names))
-        out, new = _split(_run_with_state(ctx, names, st, body, [*consts, *carry, *x]), len(names))
+        carry, st = _split_last(c, len(names))
+        out, new = _split_last(_run_with_state(ctx, names, st, body, [*consts, *carry, *x]), len(names))
         return (*out[:ncarry], *new), tuple(out[ncarry:])
 
     carry, ys = lax.scan(step, (*init, *(ctx.vars[n] for n in names)), tuple(xs), length=op.attrs["length"],
                          reverse=op.attrs["reverse"], unroll=op.attrs.get("unroll", 1))
-    carry, new = _split(carry, len(names))
+    carry, new = _split_last(carry, len(names))
     ctx.vars.update(zip(names, new))
     return [*carry, *ys]
 
@@ -317,13 +418,14 @@ def _require_uniform(op, blocks, uniform: bool):
 
 
 def _reference_cond(op, args, ctx):
-    index = [int(i) for i in args[0]]
+    (indices,), operands = _cond_operands(op, args)
+    index = [int(i) for i in indices]
     _require_uniform(op, op.regions, len(set(index)) == 1)
     outs = [[None] * len(index) for _ in op.results]
     for branch in sorted(set(index)):
         pos = [r for r, i in enumerate(index) if i == branch]
         sub = ctx.subset(pos)
-        res = sub.run_block(op.regions[branch], [[a[r] for r in pos] for a in args[1:]])
+        res = sub.run_block(op.regions[branch], [[a[r] for r in pos] for a in operands])
         ctx.merge(sub, pos)
         for k, vals in enumerate(res):
             for r, v in zip(pos, vals):
@@ -332,8 +434,8 @@ def _reference_cond(op, args, ctx):
 
 
 def _reference_while(op, args, ctx):
-    cn, bn = op.attrs["cond_nconsts"], op.attrs["body_nconsts"]
-    cconsts, bconsts, state = args[:cn], args[cn:cn + bn], [list(a) for a in args[cn + bn:]]
+    cconsts, bconsts, init = _while_operands(op, args)
+    state = [list(a) for a in init]
     cond, body = op.regions
     n = len(state[0]) if state else ctx.num_replicas
     while True:
@@ -351,8 +453,8 @@ def _reference_while(op, args, ctx):
 
 
 def _reference_scan(op, args, ctx):
-    nc, ncarry, length = op.attrs["num_consts"], op.attrs["num_carry"], op.attrs["length"]
-    consts, carry, xs = args[:nc], args[nc:nc + ncarry], args[nc + ncarry:]
+    consts, carry, xs = _scan_operands(op, args)
+    ncarry, length = len(carry), op.attrs["length"]
     steps = range(length - 1, -1, -1) if op.attrs["reverse"] else range(length)
     ys_steps = {}
     for t in steps:

@@ -224,11 +224,13 @@ def _derived(op: Operation) -> AxisRule | None:
     return None
 
 
-def rule(op: Operation) -> AxisRule | None:
-    """How `op` moves axes; None when the table does not know the op (or its attributes are not
-    what the op takes: hostile IR text is not followed, it is refused)."""
+def rule(op: Operation, *, rows: bool = False) -> AxisRule | None:
+    """How `op` moves axes (`rows`: for the rows analysis, which also reads ROWS_ENTRIES); None
+    when the table does not know the op (or its attributes are not what the op takes: hostile IR
+    text is not followed, it is refused)."""
+    rows_entry = ROWS_ENTRIES.get(op.name) if rows else None
     try:
-        r = _derived(op) or _rule(op)
+        r = rows_entry(op) if rows_entry is not None else _derived(op) or _rule(op)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         return None
     if r is None:
@@ -340,6 +342,18 @@ def _nothing(op: Operation) -> AxisRule:
     return AxisRule()
 
 
+def _gathered(op: Operation) -> AxisRule:
+    """The axes an all_gather does not gather are its operand's."""
+    x, axis, res = op.operands[0], op.attrs["axis"], op.results[0]
+    return AxisRule(same=[((x, i), (res, i)) for i in range(len(_shape(x))) if i != axis])
+
+
+# Rules the rows analysis (mask-padding) reads and sharding propagation does not: no sharding is
+# followed through a collective, but an axis an all_gather does not gather stays a padded axis.
+ROWS_ENTRIES: dict[str, Callable[[Operation], AxisRule]] = {
+    "sx.all_gather": _gathered, "sx.all_gather_real": _gathered}
+
+
 def _unary(make) -> Callable[[Operation], AxisRule]:
     return lambda op: make(op.operands[0], op.result, op.attrs)
 
@@ -356,6 +370,9 @@ ENTRIES: dict[str, Callable[[Operation], "AxisRule | None"]] = {
     "sx.row_ones": lambda op: AxisRule(same=[((op.operands[0], op.attrs.get("axis", 0)), (op.result, 0))]),
     "jax.optimization_barrier": _identity,
     "sx.constant": _nothing, "jax.iota": _nothing, "sx.all_gather": _nothing, "sx.all_gather_real": _nothing,
+    # a sharded value is the flattened value cut in pieces: every axis is rearranged
+    **{name: lambda op: AxisRule(opaque=[(op.operands[0], i) for i in range(len(_shape(op.operands[0])))])
+       for name in ("sx.shard", "sx.reduce_scatter")},
     "jax.broadcast_in_dim": _unary(lambda x, r, a: AxisRule(same=[
         ((x, i), (r, j)) for i, j in enumerate(a["broadcast_dimensions"]) if _shape(x)[i] == _shape(r)[j]])),
     "jax.reshape": lambda op: _reshape(op.operands[0], op.result) if op.attrs.get("dimensions") is None else None,

@@ -31,7 +31,8 @@ marked axis is a "row axis" below: the analysis is the same for all. The pass:
    `padded_results`, every result with a row axis, as (result, axis, "arg" or "out", index)
    entries: the count is that argument, or a result the pass appends to the function;
 7. drops the marks.
-Inside a region the real row count is threaded in as a new region constant (`add_const`).
+Inside a region the real row count is threaded in as a new region constant
+(`BlockRewriter.add_region_const`).
 
 A `jnp.where(sx.nn.batch_mask(x), x, fill)` written by the user already says what padded rows
 hold: the analysis does not follow rows through it.
@@ -44,7 +45,7 @@ from math import prod
 
 import numpy as np
 
-from ..dialects.control_flow import add_const, region_flows, scanned_axes
+from ..dialects.control_flow import region_flows, scanned_axes
 from ..errors import DistributionValueError
 from ..ir import Block, Func, Locality, Module, Operation, TensorType, Value
 from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
@@ -233,8 +234,9 @@ def _constant_array(v: Value, producer: dict, depth: int) -> np.ndarray | None:
     return None
 
 
-class _Block:
-    """Masks, means and checks for one block."""
+class _Masker:
+    """Masks the row axes each op of one block combines, makes its means count real rows and
+    records the gaps."""
 
     def __init__(self, block: Block, rows: _Rows, counts: "_Counts", gaps: _Gaps):
         self.block, self.rows, self.counts, self.gaps = block, rows, counts, gaps
@@ -257,7 +259,7 @@ class _Block:
                 continue
             if op.name in ("sx.all_gather", "sx.all_reduce"):
                 self.collective(op)
-            r = rule(op)
+            r = rule(op, rows=True)
             if r is None:
                 if any(self.rows.axes(x) for x in op.operands):
                     self.gaps.add(op, f"{op.name} takes a value with padded rows (a partial batch's "
@@ -409,7 +411,7 @@ class _Counts:
         outer_count = self.visible(outer, count)
         if outer_count is None:
             return None
-        for region, arg in zip(op.regions, add_const(op, outer_count)):
+        for region, arg in zip(op.regions, BlockRewriter(outer).add_region_const(op, outer_count)):
             self.carried[(region, count)] = arg
             self.home[arg] = region
         return self.carried[(block, count)]
@@ -440,15 +442,7 @@ def _follow(every: list[Block], marks: list[Operation], gaps: _Gaps) -> _Rows:
                     for k in range(len(inner.type.shape)):
                         union(op, (outer, k + shift), (inner, k))
                 continue
-            if op.name in ("sx.all_gather", "sx.all_gather_real"):
-                # the axes it does not gather are the operand's (for rows only: the shared table
-                # has none, propagate-sharding follows no sharding through a collective)
-                x, axis = op.operands[0], op.attrs["axis"]
-                for i in range(len(x.type.shape)):
-                    if i != axis:
-                        union(op, (x, i), (op.results[0], i))
-                continue
-            r = rule(op)
+            r = rule(op, rows=True)
             for (x, i), (y, j) in (r.same if r is not None else ()):
                 union(op, (x, i), (y, j))
     return rows
@@ -502,8 +496,7 @@ def _trims(func: Func, rows: _Rows, batch_counts: set[Value], home: dict, gaps: 
                 padded.append(PaddedResult(i, axis, "arg", args[count]))
             elif home.get(count) is body:
                 if count not in out:
-                    out[count] = len(body.results)
-                    body.results.append(count)
+                    out[count] = BlockRewriter(body).add_result(count)
                 padded.append(PaddedResult(i, axis, "out", out[count]))
             else:
                 gaps.add(producer.get(v) or producer.get(count), f"a result ({v.type}) carries padded entries along "
@@ -542,7 +535,7 @@ class MaskPadding:
         threads = _Counts(every)
         per_example, padded = _trims(module.main, rows, batch_counts, threads.home, gaps, producer)
         for b in every:
-            _Block(b, rows, threads, gaps).run()
+            _Masker(b, rows, threads, gaps).run()
         rewrite_blocks(module, _drop_marks)
         if per_example:
             module.attrs["per_example_results"] = per_example

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..dialects.control_flow import add_const
 from ..ir import Block, Module, Operation, Value, has_effects
 
 if TYPE_CHECKING:  # imported where a block is re-ordered: networkx takes ~0.5 s of every `import strategax`
@@ -115,6 +116,21 @@ class BlockRewriter:
         if any(k not in op.attrs or op.attrs[k] is not v for k, v in attrs.items()):
             op.attrs = {**op.attrs, **attrs}
             self.changed = True
+
+    def add_region_const(self, op: Operation, value: Value) -> list[Value]:
+        """Make `value` (a value of this block) visible in every region of `op` (an op of this
+        block) as a new first region argument, a loop constant or branch operand; returns those
+        arguments, one per region. Applied at once: the regions' own rewriters read them."""
+        args = add_const(op, value)
+        self._users = None  # `op` reads `value` now
+        self.changed = True
+        return args
+
+    def add_result(self, value: Value) -> int:
+        """Yield `value` as a new last result of the block; returns its index."""
+        self.block.results.append(value)
+        self.changed = True
+        return len(self.block.results) - 1
 
     def reorder(self) -> None:
         """Ask `commit` to re-order the ops so that every value is defined before it is read."""

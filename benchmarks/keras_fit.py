@@ -1,0 +1,159 @@
+"""`model.fit` step time of Keras 3 models (a CNN, the tutorial's; a small Transformer encoder
+classifier) on 8 simulated CPU devices: compiled in a strategax `MirroredStrategy` scope against
+Keras 3's own `keras.distribution.DataParallel` on the same devices (full batches, SGD), timed
+interleaved in one process (ABBA rounds of one `fit` epoch each, after a warm-up epoch that
+compiles), and against TensorFlow 2.21's `tf.distribute.MirroredStrategy` `fit` (same models,
+8 logical CPU devices) run in a subprocess of /work/tfvenv when it exists (TF_PYTHON to change;
+skipped with a message otherwise). Prints the median step time of each and the ratios.
+
+Run: KERAS_BACKEND=jax python benchmarks/keras_fit.py [--steps 20] [--rounds 5] [--model cnn|transformer|both]
+"""
+import os
+import sys
+
+if "--tf-child" not in sys.argv:
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    import bench_device as device  # noqa: E402 - sets JAX's flags: before jax
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPLICAS = 8
+BATCH = {"cnn": 64 * REPLICAS, "transformer": 16 * REPLICAS}  # global batch: full on 8 replicas
+
+
+def data(kind: str, steps: int):
+    rng = np.random.default_rng(0)
+    rows = BATCH[kind] * steps
+    if kind == "cnn":
+        return rng.random((rows, 28, 28, 1), dtype=np.float32), rng.integers(0, 10, rows).astype(np.int32)
+    return rng.integers(0, 1000, (rows, 64)).astype(np.int32), rng.integers(0, 10, rows).astype(np.int32)
+
+
+def build(keras, kind: str):
+    """The model, compiled (SGD, sparse cross-entropy from logits)."""
+    if kind == "cnn":
+        model = keras.Sequential([
+            keras.layers.Input(shape=(28, 28, 1)), keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(), keras.layers.Flatten(), keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10)])
+    else:
+        tokens = keras.Input(shape=(64,), dtype="int32")
+        h = keras.layers.Embedding(1000, 64)(tokens)
+        for _ in range(2):
+            a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16)(h, h)
+            h = keras.layers.LayerNormalization()(h + a)
+            m = keras.layers.Dense(256, activation="gelu")(h)
+            h = keras.layers.LayerNormalization()(h + keras.layers.Dense(64)(m))
+        logits = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(h))
+        model = keras.Model(tokens, logits)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  optimizer=keras.optimizers.SGD(0.01))
+    return model
+
+
+def epoch_time(model, x, y, batch: int, scope=None) -> float:
+    """Seconds per step of one fit epoch (every batch full)."""
+    import contextlib
+    with scope() if scope is not None else contextlib.nullcontext():
+        start = time.perf_counter()
+        model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        return (time.perf_counter() - start) / (len(x) // batch)
+
+
+def tf_child(kind: str, steps: int, rounds: int) -> None:
+    """In /work/tfvenv: the same model under tf.distribute.MirroredStrategy; prints JSON."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    cpus = tf.config.list_physical_devices("CPU")
+    tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * REPLICAS)
+    import keras
+    strategy = tf.distribute.MirroredStrategy([f"CPU:{i}" for i in range(REPLICAS)])
+    with strategy.scope():
+        model = build(keras, kind)
+    x, y = data(kind, steps)
+    epoch_time(model, x, y, BATCH[kind])  # compiles
+    times = [epoch_time(model, x, y, BATCH[kind]) for _ in range(rounds)]
+    print(json.dumps({"tf": tf.__version__, "keras": keras.__version__, "median": statistics.median(times)}))
+
+
+def tf_figure(kind: str, steps: int, rounds: int) -> dict | None:
+    python = os.environ.get("TF_PYTHON", "/work/tfvenv/bin/python")
+    if not os.path.exists(python):
+        print(f"  TensorFlow: not run ({python} not found; set TF_PYTHON to an interpreter with tensorflow 2.21)")
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS", "JAX_PLATFORMS")}
+    p = subprocess.run([python, __file__, "--tf-child", "--model", kind, "--steps", str(steps),
+                        "--rounds", str(rounds)], capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode or not lines:
+        print(f"  TensorFlow: failed ({p.stderr.strip().splitlines()[-1:]})")
+        return None
+    return json.loads(lines[-1])
+
+
+def compare(kind: str, steps: int, rounds: int) -> None:
+    import keras
+
+    import strategax as sx
+    devs = device.devices(REPLICAS)
+    x, y = data(kind, steps)
+    batch = BATCH[kind]
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(REPLICAS)])
+    with strategy.scope():
+        ours = build(keras, kind)
+    parallel = keras.distribution.DataParallel(devices=devs)
+    with parallel.scope():
+        theirs = build(keras, kind)
+    theirs.set_weights(ours.get_weights())
+    t0 = time.perf_counter()
+    epoch_time(ours, x, y, batch)
+    first_ours = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    epoch_time(theirs, x, y, batch, parallel.scope)
+    first_theirs = time.perf_counter() - t0
+    t_ours, t_theirs = [], []
+    for i in range(rounds):
+        pair = [lambda: t_ours.append(epoch_time(ours, x, y, batch)),
+                lambda: t_theirs.append(epoch_time(theirs, x, y, batch, parallel.scope))]
+        for f in (pair if i % 2 == 0 else pair[::-1]):
+            f()
+    ratios = [a / b for a, b in zip(t_ours, t_theirs)]
+    m_ours, m_theirs = statistics.median(t_ours), statistics.median(t_theirs)
+    print(f"{kind}: global batch {batch}, {steps} steps per epoch, {rounds} rounds")
+    print(f"  first epoch (compiles): strategax {first_ours:.2f} s, DataParallel {first_theirs:.2f} s")
+    print(f"  strategax MirroredStrategy   {m_ours * 1e3:8.2f} ms/step")
+    print(f"  Keras DataParallel           {m_theirs * 1e3:8.2f} ms/step")
+    print(f"  ratio strategax / DataParallel: median {statistics.median(ratios):.3f} "
+          f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+    tf = tf_figure(kind, steps, rounds)
+    if tf is not None:
+        print(f"  TF {tf['tf']} MirroredStrategy (Keras {tf['keras']}, another process) "
+              f"{tf['median'] * 1e3:8.2f} ms/step; strategax / TF {m_ours / tf['median']:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20, help="steps per fit epoch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", choices=("cnn", "transformer", "both"), default="both")
+    parser.add_argument("--tf-child", action="store_true", help=argparse.SUPPRESS)
+    if "--tf-child" not in sys.argv:
+        device.add_argument(parser)
+    args = parser.parse_args()
+    if args.tf_child:
+        tf_child(args.model, args.steps, args.rounds)
+        return
+    import keras
+    print(device.describe(device.devices(REPLICAS)) + f", Keras {keras.__version__}")
+    for kind in (("cnn", "transformer") if args.model == "both" else (args.model,)):
+        compare(kind, args.steps, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

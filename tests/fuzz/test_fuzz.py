@@ -1,0 +1,50 @@
+"""Differential fuzzing of the whole compiler (issue 35) on a small, derandomized budget:
+random replica programs (tests/fuzz/programs.py) compiled by strategax against the same
+computation in NumPy and one-device JAX, and the IR they trace to through strategax-opt with
+every pass and pipeline against the reference interpreter (tests/fuzz/ir_modules.py); every
+regression the long runs (tools/fuzz.py) found. Set STRATEGAX_FUZZ_PROGRAMS to fuzz longer."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+
+from .ir_modules import check_ir
+from .programs import Program, check, programs
+from .regressions import REGRESSIONS
+
+PROGRAMS = int(os.environ.get("STRATEGAX_FUZZ_PROGRAMS", "24"))
+IR_MODULES = int(os.environ.get("STRATEGAX_FUZZ_IR", "10"))
+
+
+def budget(examples: int) -> settings:
+    # against a mutant (tools/fuzz.py --mutants) only whether it is caught counts: no shrinking
+    phases = [Phase.explicit, Phase.generate] if os.environ.get("STRATEGAX_FUZZ_MUTANT") else list(Phase)
+    return settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                    phases=phases)
+
+
+@pytest.mark.no_round_trip  # each program is checked against its own references here
+@budget(PROGRAMS)
+@given(programs())
+def test_random_programs_agree_with_numpy_and_jax(p: Program):
+    # Intent: the same numbers per replica as NumPy/one-device JAX (TensorFlow's rules for the
+    # collectives and variables), or a named strategax error; never another exception.
+    check(p)
+
+
+@pytest.mark.no_round_trip
+@budget(IR_MODULES)
+@given(programs(max_steps=5), st.lists(st.integers(0, 30), max_size=4))
+def test_every_pass_keeps_the_reference_interpreters_numbers(p: Program, order: list[int]):
+    # Intent: strategax-opt with every pass and pipeline (random orders too) leaves a module the
+    # verifier accepts, that re-parses, and that the reference interpreter runs to the numbers it
+    # gave before.
+    check_ir(p, order)
+
+
+@pytest.mark.no_round_trip
+@pytest.mark.parametrize("p", REGRESSIONS, ids=lambda p: f"regression{REGRESSIONS.index(p)}")
+def test_regressions(p: Program):
+    assert check(p) == "ok"
