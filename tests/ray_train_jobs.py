@@ -94,3 +94,17 @@ def resumable(config: dict) -> None:
         "start": start, "losses": losses, "iterations": int(np.asarray(optimizer.iterations.read_value())),
         "seen": float(np.asarray(seen.read_value())),
         "params": {k: np.asarray(v.read_value()).tolist() for k, v in variables.items()}}))
+
+
+def exception_recorder(path: str):
+    """A Ray Train callback (it runs in Ray Train's controller) writing each worker exception
+    Ray Train sees, by world rank, to the file at `path`: what the workers stopped with."""
+    from ray.train import UserCallback
+
+    class Recorder(UserCallback):
+        def after_exception(self, run_context, worker_exceptions) -> None:
+            with open(path, "a") as f:
+                for rank, error in sorted(worker_exceptions.items()):
+                    f.write(json.dumps({"rank": rank, "error": f"{type(error).__name__}: {error}"}) + "\n")
+
+    return Recorder()

@@ -14,7 +14,7 @@ import pytest
 
 import strategax as sx
 
-from ray_train_jobs import fit, histories, resumable, tutorial
+from ray_train_jobs import exception_recorder, fit, histories, resumable, tutorial
 from test_multi_worker_tutorial import ARGS, BATCH, EXAMPLE, WORKERS, reference
 
 EPOCHS = 2
@@ -77,8 +77,9 @@ STEPS, EVERY, KILL_AFTER = 12, 3, 7
 
 def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(ray_cluster, tmp_path):
     # Intent: 2 Ray Train workers train the MLP for STEPS steps, an sx.CheckpointManager saving
-    # every EVERY steps (restore_or_initialize is their only fault-tolerance code); worker 1's
-    # process is SIGKILLed once it has done step KILL_AFTER. The group stops, Ray Train
+    # every EVERY steps into Ray Train's storage path (restore_or_initialize is their only
+    # fault-tolerance code); worker 1's process is SIGKILLed once it has done step KILL_AFTER.
+    # The group stops (worker 0 with WorkerLostError), Ray Train
     # (FailureConfig) starts it again, both workers resume from the last complete checkpoint
     # (a step number that is a multiple of EVERY, at most KILL_AFTER + a step or two), train
     # the rest, and end with plain JAX's parameters and final loss over all STEPS steps and
@@ -111,13 +112,20 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(ray_cluster, 
 
     killer = threading.Thread(target=kill_worker_1, daemon=True)
     killer.start()
-    fit(JaxTrainer(resumable, train_loop_config={"steps": STEPS, "every": EVERY, "ckpt": str(tmp_path / "ckpt"),
-                                                 "out": str(out), "devices": 1},
+    storage = tmp_path / "ray_storage"  # the checkpoints in Ray Train's storage, in the run's folder
+    config = {"steps": STEPS, "every": EVERY, "ckpt": str(storage / "restart" / "ckpt"), "out": str(out), "devices": 1}
+    fit(JaxTrainer(resumable, train_loop_config=config,
                    scaling_config=ScalingConfig(num_workers=2),
-                   run_config=RunConfig(name="restart", storage_path=str(tmp_path / "ray_storage"),
-                                        failure_config=FailureConfig(max_failures=2))), timeout=400)
+                   run_config=RunConfig(name="restart", storage_path=str(storage),
+                                        failure_config=FailureConfig(max_failures=2),
+                                        callbacks=[exception_recorder(str(tmp_path / "errors.jsonl"))])), timeout=400)
     killer.join(timeout=1)
     assert killed, "worker 1 was never killed"
+    # what the group stopped with: worker 0 named worker 1 (worker 1's own process is gone)
+    errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    survivor = [e["error"] for e in errors if e["rank"] == 0]
+    assert survivor and "WorkerLostError" in survivor[0] and "worker 1 (worker, task index 1, " in survivor[0] \
+        and "was lost (its process is gone)" in survivor[0], errors
     ref_losses, ref_params = reference_training(STEPS)
     for w in range(2):
         lines = (out / f"worker{w}.log").read_text().splitlines()

@@ -370,6 +370,9 @@ ENTRIES: dict[str, Callable[[Operation], "AxisRule | None"]] = {
     "sx.row_ones": lambda op: AxisRule(same=[((op.operands[0], op.attrs.get("axis", 0)), (op.result, 0))]),
     "jax.optimization_barrier": _identity,
     "sx.constant": _nothing, "jax.iota": _nothing, "sx.all_gather": _nothing, "sx.all_gather_real": _nothing,
+    # a sharded value is the flattened value cut in pieces: every axis is rearranged
+    **{name: lambda op: AxisRule(opaque=[(op.operands[0], i) for i in range(len(_shape(op.operands[0])))])
+       for name in ("sx.shard", "sx.reduce_scatter")},
     "jax.broadcast_in_dim": _unary(lambda x, r, a: AxisRule(same=[
         ((x, i), (r, j)) for i, j in enumerate(a["broadcast_dimensions"]) if _shape(x)[i] == _shape(r)[j]])),
     "jax.reshape": lambda op: _reshape(op.operands[0], op.result) if op.attrs.get("dimensions") is None else None,

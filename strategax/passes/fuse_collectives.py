@@ -9,7 +9,9 @@ bucket, so every bucket can run where its last member was; so does one that foll
 ops with effects (whose order is kept), a write of a member's result (a variable's aggregated
 update read back). Buckets of two or more become one
 `sx.all_reduce_bucket`; the ops that used a member's result move after it. Values split over
-logical devices are not packed (run after `propagate-sharding`).
+logical devices are not packed (run after `propagate-sharding`). Reduce-scatters (a sharded
+optimizer's gradients, `shard-optimizer-state`) are packed the same way, by their operands'
+padded bytes, into `sx.reduce_scatter_bucket`s.
 """
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from typing import ClassVar
 
 from ..ir import Block, Module, Operation, Value, has_effects
 from .rewrite import BlockRewriter, rewrite_blocks
+
+
+_FUSED = {"sx.all_reduce": "sx.all_reduce_bucket", "sx.reduce_scatter": "sx.reduce_scatter_bucket"}
 
 
 class _Bucket:
@@ -49,12 +54,12 @@ def plan_buckets(block: Block, default_bytes_per_pack: int = 0) -> list[list[Ope
         if has_effects(op):  # ops with effects keep their order: a read after a write of a
             deps |= effects  # reduced value depends on that reduction like a use of its result
             effects = frozenset(i for i in deps if buckets[i].open)
-        if op.name == "sx.all_reduce" and _packable(op.result):
+        if op.name in _FUSED and _packable(op.result) and (op.name == "sx.all_reduce" or _packable(op.operands[0])):
             for i in deps:  # a member must not wait on an open bucket's result
                 buckets[i].open = False
             limit = int(op.attrs.get("bytes_per_pack", default_bytes_per_pack) or 0)
-            size = op.result.type.nbytes
-            key = (op.attrs["op"], op.result.type.dtype, limit)
+            size = op.result.type.nbytes * int(op.attrs.get("num_replicas", 1))  # a reduce-scatter's whole tensor
+            key = (op.name, op.attrs["op"], op.result.type.dtype, limit, op.attrs.get("num_replicas"))
             b = current.get(key)
             if b is None or not b.open or (limit and b.nbytes + size > limit):
                 if b is not None:
@@ -77,12 +82,16 @@ def _bucket_op(members: list[Operation]) -> Operation:
     results = [Value(m.result.type, m.result.name) for m in members]
     reasons = [m.attrs.get("reason", "") for m in members]
     locs = [str(m.loc) if m.loc else "?" for m in members]
-    size = sum(r.type.nbytes for r in results)
+    size = sum(m.operands[0].type.nbytes for m in members)
     attrs = {"op": first.attrs["op"], "reason": f"fuse-collectives: {len(members)} tensors, {size} bytes",
              "reasons": reasons, "locs": locs}
+    if first.name == "sx.reduce_scatter":
+        attrs["num_replicas"] = first.attrs["num_replicas"]
+        if all("serves" in m.attrs for m in members):
+            attrs["serves"] = [m.attrs["serves"] for m in members]
     if "bytes_per_pack" in first.attrs:
         attrs["bytes_per_pack"] = first.attrs["bytes_per_pack"]
-    return Operation("sx.all_reduce_bucket", [m.operands[0] for m in members], results, attrs,
+    return Operation(_FUSED[first.name], [m.operands[0] for m in members], results, attrs,
                      loc=members[-1].loc)
 
 

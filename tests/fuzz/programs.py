@@ -25,7 +25,13 @@ from jax import lax
 import strategax as sx
 
 D = 3  # the feature width of every input
-W = (np.arange(D * D, dtype=np.float32).reshape(D, D) - 4.0) / 8.0  # the `dot` step's matrix
+
+
+def weight(k: int) -> np.ndarray:
+    """The `dot` step's k x k matrix."""
+    return ((np.arange(k * k, dtype=np.float32).reshape(k, k) - 4.0) / 8.0 % 1.5 - 0.75).astype(np.float32)
+
+
 NAMED = "named error"  # the reference's answer where TensorFlow raises
 SYNCS = ("on_write", "on_read")
 AGGS = ("none", "sum", "mean", "only_first_replica")
@@ -46,10 +52,12 @@ class Program:
     bytes_per_pack: int = 0
     compression: str | None = None
     seed: int = 0
+    post: str | None = None  # a cross-replica call on run's result: one of POST
 
     def __repr__(self) -> str:
         return (f"Program(n={self.n}, inputs={self.inputs!r}, rows={self.rows}, steps={self.steps}, var={self.var}, "
-                f"bytes_per_pack={self.bytes_per_pack}, compression={self.compression!r}, seed={self.seed})")
+                f"bytes_per_pack={self.bytes_per_pack}, compression={self.compression!r}, seed={self.seed}, "
+                f"post={self.post!r})")
 
 
 UNARY = ("sin", "tanh", "neg", "square")
@@ -59,6 +67,9 @@ CONTROL = ("cond", "scan", "while", "grad", "grad_all_reduce")
 COLLECTIVE = ("all_reduce_sum", "all_reduce_mean", "all_gather", "replica_scale", "merge_reduce_sum",
               "merge_reduce_mean", "batch_reduce_sum", "batch_reduce_mean", "var_update")
 KINDS = UNARY + BINARY + SHAPE + CONTROL + COLLECTIVE
+# strategy.reduce (without axis, or over axis 0) and strategy.gather along axis 0, in the
+# compiled function after `run` (cross-replica context)
+POST = ("reduce_sum", "reduce_mean", "reduce_sum0", "reduce_mean0", "gather0")
 
 # an operand: half the time one of the two latest values (chains: a gather then its sum, two
 # reductions then their sum), else any earlier one (indices wrap around the values so far)
@@ -82,7 +93,8 @@ def programs(draw, max_steps: int = 6) -> Program:
                draw(st.sampled_from(["assign", "assign_add", "assign_sub"])))
     bytes_per_pack = draw(st.sampled_from([0, 0, 4, 16, 1 << 20]))
     compression = draw(st.sampled_from([None, None, None, "bf16"]))
-    return Program(n, inputs, rows, steps, var, bytes_per_pack, compression, draw(st.integers(0, 3)))
+    post = draw(st.sampled_from((None, None) + POST))
+    return Program(n, inputs, rows, steps, var, bytes_per_pack, compression, draw(st.integers(0, 3)), post)
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -145,7 +157,7 @@ def _local(kind: str, a, b):
     if kind == "mean_all":
         return jnp.mean(a)
     if kind == "dot":
-        return a @ jnp.asarray(W[:a.shape[-1], :a.shape[-1]]) if a.ndim else a * 2.0
+        return a @ jnp.asarray(weight(a.shape[-1])) if a.ndim else a * 2.0
     if kind == "flatten":
         return a.reshape(-1)
     if kind == "slice":
@@ -225,23 +237,32 @@ def run_strategax_function(p: Program, strategy):
 
     def step(x):
         out = strategy.run(replica_fn, args=(x,))
-        return out, (var.read_value() if var is not None else None)
+        return out, (var.read_value() if var is not None else None), _post(p, strategy, out)
     return strategy.function(step)
 
 
-def run_strategax(p: Program) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """Each replica's last value, and the variable read in cross-replica context after the run."""
+def _post(p: Program, strategy, out):
+    if p.post is None:
+        return None
+    if p.post == "gather0":
+        return strategy.gather(out, axis=0)
+    return strategy.reduce("SUM" if "sum" in p.post else "MEAN", out, axis=0 if p.post.endswith("0") else None)
+
+
+def run_strategax(p: Program) -> tuple[list[np.ndarray], np.ndarray | None, np.ndarray | None]:
+    """Each replica's last value, the variable read in cross-replica context after the run, and
+    the post call's result."""
     strategy = strategy_for(p.n)
     x, _ = make_inputs(p, strategy)
     quiet = logging.getLogger("strategax")  # every program is a new function: the retracing warning
     level = quiet.level                      # would fire for the fuzzer's own loop
     quiet.setLevel(logging.ERROR)
     try:
-        out, read = run_strategax_function(p, strategy)(x)
+        out, read, post = run_strategax_function(p, strategy)(x)
     finally:
         quiet.setLevel(level)
     got = [np.asarray(v) for v in strategy.experimental_local_results(out)]
-    return got, None if read is None else np.asarray(read)
+    return got, None if read is None else np.asarray(read), None if post is None else np.asarray(post)
 
 
 # --- the reference: NumPy, replica by replica ------------------------------------------------------
@@ -353,7 +374,24 @@ def padded_input_shape(p: Program) -> tuple:
     return (2, D)
 
 
-def run_reference(p: Program, comps: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray | None]:
+def _ref_post(p: Program, out: list) -> np.ndarray | None:
+    """TensorFlow's strategy.reduce / gather of each replica's `out` (Refused where it raises)."""
+    if p.post is None:
+        return None
+    if p.post in ("reduce_sum", "reduce_mean"):
+        if not _rows_of(out):
+            raise Refused("strategy.reduce without axis of values whose shapes differ")
+        return _reduce(out, p.post[len("reduce_"):])[0]
+    if any(np.ndim(v) == 0 for v in out) or len({np.shape(v)[1:] for v in out}) > 1:
+        raise Refused("strategy.reduce / gather along axis 0 of scalars, or of pieces that do not line up")
+    whole = np.concatenate(out, axis=0)
+    if p.post == "gather0":
+        return whole
+    total = np.sum(whole, axis=0, dtype=np.float64)
+    return np.asarray(total / whole.shape[0] if p.post == "reduce_mean0" else total, np.float32)
+
+
+def run_reference(p: Program, comps: list[np.ndarray]) -> tuple:
     """What TensorFlow computes for `p` from each replica's input; raises Refused where it raises."""
     var = None
     if p.var is not None:
@@ -367,7 +405,7 @@ def run_reference(p: Program, comps: list[np.ndarray]) -> tuple[list[np.ndarray]
         shapes.append(shape)
     if isinstance(vals[-1], _Poison):
         raise Refused(vals[-1].why)
-    return vals[-1], None if var is None else _cross_replica_read(var)
+    return vals[-1], None if var is None else _cross_replica_read(var), _ref_post(p, vals[-1])
 
 
 # --- the check ---------------------------------------------------------------------------------------
@@ -399,13 +437,15 @@ def check(p: Program) -> str:
         return f"refused: {str(e).splitlines()[0].split(': ', 1)[-1][:160]}"
     assert not isinstance(want, Refused), f"TensorFlow raises ({want}); strategax computed {got}"
     tol = tolerance(p)
-    (gv, gr), (wv, wr) = got, want
+    (gv, gr, gp), (wv, wr, wp) = got, want
     assert len(gv) == len(wv), (gv, wv)
     for r, (g, w) in enumerate(zip(gv, wv)):
         assert np.shape(g) == np.shape(w), f"replica {r}: shape {np.shape(g)} != {np.shape(w)}"
         scale = 1.0 + float(np.max(np.abs(w), initial=0.0))
         np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=f"replica {r}")
-    if wr is not None:
-        np.testing.assert_allclose(gr, wr, rtol=tol["rtol"], atol=tol["atol"] * (1.0 + float(np.max(np.abs(wr)))),
-                                   err_msg="the variable read after the run")
+    for what, g, w in (("the variable read after the run", gr, wr), (f"strategy.{p.post}", gp, wp)):
+        if w is not None:
+            assert g is not None and np.shape(g) == np.shape(w), f"{what}: shape {np.shape(g)} != {np.shape(w)}"
+            scale = 1.0 + float(np.max(np.abs(np.nan_to_num(w)), initial=0.0))
+            np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=what)
     return "ok"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from .ir_modules import check_ir
 from .programs import Program, check, programs
@@ -19,7 +19,10 @@ IR_MODULES = int(os.environ.get("STRATEGAX_FUZZ_IR", "10"))
 
 
 def budget(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    # against a mutant (tools/fuzz.py --mutants) only whether it is caught counts: no shrinking
+    phases = [Phase.explicit, Phase.generate] if os.environ.get("STRATEGAX_FUZZ_MUTANT") else list(Phase)
+    return settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+                    phases=phases)
 
 
 @pytest.mark.no_round_trip  # each program is checked against its own references here
