@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..input.padding import batch_mask
-from . import steps
+from . import custom_loops, steps
 from .errors import KerasAdapterError, KerasBackendError
 from .functions import Runner
 
@@ -71,6 +71,9 @@ def install() -> None:
     _wrap_mean_update(reduction_metrics.Mean)
     _wrap_stateless_apply(base_optimizer.BaseOptimizer)
     _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
+    from keras.src.backend.jax import core as jax_core
+    custom_loops.wrap_variable(jax_core.JaxVariable)
+    custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
 
 
 # --- which models -------------------------------------------------------------------------
@@ -257,13 +260,12 @@ def update_metrics(ctx: steps.StepContext, model, metrics_variables, unscaled_lo
 
 def _wrap_mean_update(cls) -> None:
     """`keras.metrics.Mean` (and every MeanMetricWrapper: accuracy, MSE, ...) counts an
-    unweighted batch by its static row count; in a replica step it counts the real rows
+    unweighted batch by its static row count; traced by strategax it counts the real rows
     (weights from `sx.nn.batch_mask`: 1 for real rows, 0 for padded ones)."""
     original = cls.update_state
 
     def update_state(self, values, sample_weight=None):
-        ctx = steps.active()
-        if ctx is not None and sample_weight is None and jnp.ndim(values) >= 1:
+        if _context.is_tracing() and sample_weight is None and jnp.ndim(values) >= 1:
             sample_weight = batch_mask(values).astype(jnp.float32)
         return original(self, values, sample_weight=sample_weight)
 
