@@ -71,6 +71,7 @@ def install() -> None:
     _wrap_mean_update(reduction_metrics.Mean)
     _wrap_stateless_apply(base_optimizer.BaseOptimizer)
     _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
+    _wrap_scale_loss(loss_scale_optimizer.LossScaleOptimizer)
     from keras.src.backend.jax import core as jax_core
     custom_loops.wrap_variable(jax_core.JaxVariable)
     custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
@@ -205,6 +206,24 @@ def _wrap_stateless_apply(cls) -> None:
 
     stateless_apply.__wrapped__ = original  # type: ignore[attr-defined]
     cls.stateless_apply = stateless_apply
+
+
+def _wrap_scale_loss(cls) -> None:
+    """A LossScaleOptimizer's scaled loss in a replica step is also weighted by the replica's
+    share of the batch (TensorFlow scales each replica's loss by 1/replicas): the float16
+    backward overflows where one device's does; `combine_grads` then sums the gradients."""
+    original = cls.scale_loss
+
+    def scale_loss(self, loss):
+        scaled = original(self, loss)
+        ctx = steps.active()
+        if ctx is None or ctx.kind != "train" or self is not ctx.model.optimizer:
+            return scaled
+        share = ctx.loss_share()
+        return scaled if share is None else scaled * share.astype(scaled.dtype)
+
+    scale_loss.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.scale_loss = scale_loss
 
 
 def _wrap_update_metrics(cls) -> None:
