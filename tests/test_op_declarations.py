@@ -18,6 +18,7 @@ NO_AXIS_RULE = {
     "sx.var_assign_sub": "an update: no result",
     "sx.broadcast": "not followed: a padded row reaching it is a gap, a sharding stops there",
     "sx.all_reduce_bucket": "made by fuse-collectives, after both analyses have run",
+    "sx.reduce_scatter_bucket": "made by fuse-collectives, after both analyses have run",
     "sx.convert": "made by compress-collectives, after mask-padding; a sharding stops there",
 }
 

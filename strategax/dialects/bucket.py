@@ -1,4 +1,5 @@
-"""`sx.all_reduce_bucket`: several all_reduces of one reduce op packed into one collective.
+"""`sx.all_reduce_bucket`: several all_reduces of one reduce op packed into one collective;
+`sx.reduce_scatter_bucket`: several reduce-scatters likewise (a sharded optimizer's gradients).
 
 `fuse-collectives` makes it. N operands give N results (each the reduction of its operand);
 `reasons` and `locs` keep every member's reason and source line so the dump's bucket table can
@@ -21,11 +22,12 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
 from ..ir import Attr, Enum, Int, OpDef, Operation, Str, declare
-from .collectives import REDUCE_OPS, mirrored, reduce_over_replicas, reference_reduce
+from .collectives import REDUCE_OPS, mirrored, padded, per_replica, reduce_over_replicas, reference_reduce, shard_size
 from .registry import LOWERINGS, REFERENCE
 
 
@@ -86,3 +88,57 @@ LOWERINGS["sx.all_reduce_bucket"] = lambda op, args, ctx: bucket_p.bind(
     *args, op=op.attrs["op"], axis_name=ctx.axis_name)
 REFERENCE["sx.all_reduce_bucket"] = lambda op, args, ctx: [
     [reference_reduce(op.attrs["op"], x)] * len(x) for x in args]
+
+
+# --- sx.reduce_scatter_bucket: several reduce-scatters of one reduce op as one collective ------
+def _verify_scatter_bucket(op: Operation) -> str | None:
+    n = op.attrs["num_replicas"]
+    if len(op.operands) != len(op.results) or not op.operands:
+        return f"needs as many results as operands (at least one), has {len(op.operands)} and {len(op.results)}"
+    for i, (a, r) in enumerate(zip(op.operands, op.results)):
+        want = (shard_size(int(np.prod(a.type.shape, dtype=np.int64)), n),)
+        if r.type.dtype != a.type.dtype or tuple(r.type.shape) != want:
+            return f"result {i} type {r.type} is not 1/{n} of the flattened, padded operand {a.type}"
+    if len({a.type.dtype for a in op.operands}) != 1:
+        return "every operand of a bucket has the same dtype"
+    for key in ("reasons", "locs", "serves"):
+        value = op.attrs.get(key)
+        if value is not None and len(value) != len(op.operands):
+            return f"`{key}` must be a list with one entry per operand"
+    return None
+
+
+declare(OpDef("sx.reduce_scatter_bucket", "Reduce-scatter several tensors of one dtype as one collective: "
+              "each replica gets its piece of every reduction.",
+              attrs={"op": Enum("sum", "mean"), "num_replicas": Int(1), "reason": Str(),
+                     "reasons": Attr("strs", required=False), "locs": Attr("strs", required=False),
+                     "serves": Attr("strs", required=False), "bytes_per_pack": Int(minimum=0, required=False)},
+              locality=per_replica, verify=_verify_scatter_bucket, is_collective=True, traffic="scatter"))
+
+
+def _lower_scatter_bucket(op, args, ctx):
+    """Each member flattened, padded and laid out as N rows of its piece; the rows side by side;
+    one reduce-scatter of the rows; the pieces cut apart."""
+    n = op.attrs["num_replicas"]
+    ks = [r.type.shape[0] for r in op.results]
+    if n == 1:
+        return [jnp.reshape(x, (-1,)) for x in args]
+    rows = jnp.concatenate([padded(x, n, jnp).reshape(n, k) for x, k in zip(args, ks)], axis=1)
+    mine = lax.psum_scatter(rows, ctx.axis_name, scatter_dimension=0, tiled=True).reshape(-1)
+    if op.attrs["op"] == "mean":
+        mine = mine / n if jnp.issubdtype(mine.dtype, jnp.inexact) else mine // n
+    return [piece.astype(r.type.dtype) for piece, r in zip(jnp.split(mine, np.cumsum(ks)[:-1]), op.results)]
+
+
+def _reference_scatter_bucket(op, args, ctx):
+    n = op.attrs["num_replicas"]
+    out = []
+    for values, r in zip(args, op.results):
+        k = r.type.shape[0]
+        whole = padded(reference_reduce(op.attrs["op"], values), n, np)
+        out.append([whole[i * k:(i + 1) * k] for i in ctx.replica_ids])
+    return out
+
+
+LOWERINGS["sx.reduce_scatter_bucket"] = _lower_scatter_bucket
+REFERENCE["sx.reduce_scatter_bucket"] = _reference_scatter_bucket

@@ -16,7 +16,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
 from ..errors import DistributionTypeError, DistributionValueError
-from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array
+from ..ir import Attr, Enum, Int, Locality, OpDef, Operation, Splat, Str, declare, dense_array, dtype_name
 from .effects import COLLECTIVE
 from .primitives import register_primitive
 from .registry import LOWERINGS, REFERENCE
@@ -160,7 +160,7 @@ REFERENCE["sx.all_reduce"] = lambda op, args, ctx: [
 def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, compression: str | None = None,
                carries: str | None = None):
     """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
-    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group);
+    `fuse-collectives` reads (absent or 0: the pass's default, 64 KiB buckets);
     `compression` ("bf16", "f16") one that `compress-collectives` reads, kept only where it
     can apply: a SUM or MEAN of a float type wider than it; `carries` one of CARRIES."""
     x = jnp.asarray(x)
@@ -203,6 +203,9 @@ def _verify_all_gather(op: Operation) -> str | None:
     if src.dtype != dst.dtype or len(src.shape) != len(dst.shape) or any(
             a != b for i, (a, b) in enumerate(zip(src.shape, dst.shape)) if i != axis):
         return f"result type {dst} is not operand type {src} gathered along axis {axis}"
+    n = op.attrs.get("num_replicas")
+    if n is not None and src.shape and dst.shape[axis] != src.shape[axis] * n:
+        return f"result type {dst} is not operand type {src} gathered along axis {axis} from {n} replicas"
     return None
 
 
@@ -337,3 +340,134 @@ def all_gather(x, axis: int, num_replicas: int, reason: str):
                                      "gather a value of rank >= 1 (e.g. x[None])")
     axis = check_axis(axis, x.ndim, reason)
     return all_gather_p.bind(x, axis=axis, num_replicas=num_replicas, reason=reason)
+
+
+# --- sx.shard / sx.reduce_scatter: a value held 1/N per replica (sx.Optimizer(shard_state=True)) --
+# A sharded value is the flattened value, padded with zeros to a multiple of N, cut in N equal
+# pieces; replica r holds piece r (`shard_size` elements). `sx.shard` takes this replica's piece
+# of its own value (no communication); `sx.reduce_scatter` takes this replica's piece of the
+# reduction over replicas, sending 1/N of what an all_reduce sends; `sx.all_gather` (axis 0) of
+# the pieces, cut to the size, is the whole value again. shard-optimizer-state rewrites
+# `sx.shard(sx.all_reduce(x))` into `sx.reduce_scatter(x)`; `serves` names the variable.
+def shard_size(size: int, num_replicas: int) -> int:
+    """The elements each replica holds of a value of `size` elements split in `num_replicas`."""
+    return -(-int(size) // int(num_replicas))
+
+
+def _verify_sharded(op: Operation) -> str | None:
+    src, dst = op.operands[0].type, op.results[0].type
+    size = int(np.prod(src.shape, dtype=np.int64))
+    want = (shard_size(size, op.attrs["num_replicas"]),)
+    if src.dtype != dst.dtype or tuple(dst.shape) != want:
+        return (f"result type {dst} is not 1/{op.attrs['num_replicas']} of the flattened, padded "
+                f"operand {src} (want {dtype_name(src.dtype)}{list(want)})")
+    return None
+
+
+_SHARD_ATTRS = {"num_replicas": Int(1), "reason": Str(), "serves": Str(required=False)}
+declare(OpDef("sx.shard", "This replica's piece of its value, flattened and padded with zeros to a "
+              "multiple of `num_replicas` (no communication).", num_operands=1, num_results=1,
+              attrs=_SHARD_ATTRS, locality=per_replica, verify=_verify_sharded))
+declare(OpDef("sx.reduce_scatter", "This replica's piece (as `sx.shard` cuts it) of the reduction "
+              "(sum or mean) of the value over all replicas.", num_operands=1, num_results=1,
+              attrs={**_SHARD_ATTRS, "op": Enum("sum", "mean"),
+                     "bytes_per_pack": Int(minimum=0, required=False),
+                     "compression": Enum(*COMPRESSIONS, required=False),
+                     "carries": Enum(*CARRIES, required=False)},
+              locality=per_replica, verify=_verify_sharded, is_collective=True, traffic="scatter"))
+shard_p = primitive("sx.shard")
+reduce_scatter_p = primitive("sx.reduce_scatter")
+
+
+def _sharded_abstract(x, *, num_replicas, **params):
+    return jax_core.ShapedArray((shard_size(x.size, num_replicas),), x.dtype)
+
+
+shard_p.def_abstract_eval(_sharded_abstract)
+reduce_scatter_p.def_effectful_abstract_eval(lambda x, **params: (_sharded_abstract(x, **params), {COLLECTIVE}))
+
+
+def padded(x, n: int, xp):
+    """`x` flattened and padded with zeros to a multiple of n."""
+    flat = xp.reshape(x, (-1,))
+    return xp.pad(flat, (0, shard_size(flat.shape[0], n) * n - flat.shape[0]))
+
+
+def unshard(pieces, shape: tuple, xp=jnp):
+    """The whole value of `shape` from all pieces concatenated (the padding cut off)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    return xp.reshape(pieces[:size], shape)
+
+
+def _scatter_back(ct, x_aval, n: int):
+    """Transpose of taking this replica's piece: the piece in place, zeros elsewhere."""
+    k = ct.shape[0]
+    whole = lax.dynamic_update_slice_in_dim(jnp.zeros((k * n,), ct.dtype), ct, replica_id() * k, 0)
+    return unshard(whole, x_aval.shape)
+
+
+def _shard_transpose(ct, x, *, num_replicas, reason, **params):
+    return [_scatter_back(ct, x.aval, num_replicas)]
+
+
+def _reduce_scatter_transpose(ct, x, *, op, num_replicas, reason, **params):
+    whole = all_gather_p.bind(ct, axis=0, num_replicas=num_replicas, reason=f"gradient of {reason}")
+    if op == "mean":
+        whole = whole / np.asarray(num_replicas, whole.dtype)
+    return [unshard(whole, x.aval.shape)]
+
+
+def _no_batching(name: str):
+    def rule(args, dims, **params):
+        raise DistributionValueError(f"{name} inside jax.vmap: a sharded value is one flat piece per replica",
+                                     "apply it outside the vmapped function")
+    return rule
+
+
+ad.deflinear2(shard_p, _shard_transpose)
+ad.deflinear2(reduce_scatter_p, _reduce_scatter_transpose)
+batching.primitive_batchers[shard_p] = _no_batching("sx.shard")
+batching.primitive_batchers[reduce_scatter_p] = _no_batching("sx.reduce_scatter")
+
+
+def _lower_shard(op, args, ctx):
+    n = op.attrs["num_replicas"]
+    k = op.result.type.shape[0]
+    if n == 1:  # the whole value: no replica index (one replica of several logical devices has none)
+        return [jnp.reshape(args[0], (-1,))]
+    return [lax.dynamic_slice_in_dim(padded(args[0], n, jnp), lax.axis_index(ctx.axis_name) * k, k)]
+
+
+def _lower_reduce_scatter(op, args, ctx):
+    n = op.attrs["num_replicas"]
+    if n == 1:  # a reduction over one replica: the flattened value, no collective
+        return [jnp.reshape(args[0], (-1,))]
+    piece = lax.psum_scatter(padded(args[0], n, jnp), ctx.axis_name, scatter_dimension=0, tiled=True)
+    if op.attrs["op"] == "mean":
+        piece = piece / n if jnp.issubdtype(piece.dtype, jnp.inexact) else piece // n
+    return [piece.astype(op.result.type.dtype)]
+
+
+def _reference_pieces(op, values: list, ctx) -> list:
+    k = op.result.type.shape[0]
+    return [np.asarray(v)[r * k:(r + 1) * k] for v, r in zip(values, ctx.replica_ids)]
+
+
+LOWERINGS["sx.shard"] = _lower_shard
+LOWERINGS["sx.reduce_scatter"] = _lower_reduce_scatter
+REFERENCE["sx.shard"] = lambda op, args, ctx: [_reference_pieces(
+    op, [padded(np.asarray(x), op.attrs["num_replicas"], np) for x in args[0]], ctx)]
+REFERENCE["sx.reduce_scatter"] = lambda op, args, ctx: [_reference_pieces(
+    op, [padded(reference_reduce(op.attrs["op"], args[0]), op.attrs["num_replicas"], np)] * len(args[0]), ctx)]
+
+
+def shard(x, num_replicas: int, reason: str, serves: str | None = None):
+    """This replica's piece of `x` (traced): flattened, padded to a multiple of `num_replicas`."""
+    extra = {} if serves is None else {"serves": serves}
+    return shard_p.bind(jnp.asarray(x), num_replicas=int(num_replicas), reason=reason, **extra)
+
+
+def reduce_scatter(x, op: str, num_replicas: int, reason: str, serves: str | None = None):
+    """This replica's piece of the reduction of `x` over replicas (traced)."""
+    extra = {} if serves is None else {"serves": serves}
+    return reduce_scatter_p.bind(jnp.asarray(x), op=op, num_replicas=int(num_replicas), reason=reason, **extra)

@@ -42,7 +42,10 @@ def variable_of(op: Operation) -> SymbolRef | None:
     return ref if isinstance(ref, SymbolRef) else None
 
 
-VAR_ATTRS.update({"sync": Enum(*SYNCS), "agg": Enum(*AGGREGATIONS)})
+# `slot_of` and `shards`: an optimizer slot held 1/`shards` per replica (sx.Optimizer(shard_state=True)),
+# the name of the variable it serves; its type is one replica's piece.
+VAR_ATTRS.update({"sync": Enum(*SYNCS), "agg": Enum(*AGGREGATIONS), "slot_of": Str(required=False),
+                  "shards": Int(1, required=False)})
 _OP_ATTRS = {"var": Attr("symbol"), "ctx": Enum(*CONTEXTS), "reduced": Flag(), "central": Flag()}
 
 # --- symbols: every variable's name in IR modules, unique for the life of the process -------
@@ -86,7 +89,7 @@ var_read_p = primitive("sx.var_read")
 
 def _read_abstract(*, var, ctx, sync):
     v = variable(var.name)
-    return jax_core.ShapedArray(v.shape, v.dtype), {VARIABLE}
+    return jax_core.ShapedArray(v._ir_type().shape, v.dtype), {VARIABLE}
 
 
 var_read_p.def_effectful_abstract_eval(_read_abstract)

@@ -91,6 +91,8 @@ class MultiWorkerMirroredStrategy(MultiWorkerInputMixin, Strategy):
     waits for the others to start; `heartbeat_timeout_seconds` (default 10) is how long a peer
     may not answer before this worker names it hung and exits 1."""
 
+    _shards_optimizer_state = True  # slots split over all replicas of all workers
+
     def __init__(self, cluster_resolver=None, communication_options: CommunicationOptions | None = None, *,
                  join_timeout_seconds: float | None = None, heartbeat_timeout_seconds: float | None = None):
         join_timeout = _seconds(join_timeout_seconds, "join_timeout_seconds", JOIN_TIMEOUT_S)

@@ -286,6 +286,8 @@ class Strategy(LogicalDevicesMixin):
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism: one replica per device, variables mirrored on all."""
 
+    _shards_optimizer_state = True  # sx.Optimizer(shard_state=True) splits its slots over the replicas
+
     def __init__(self, devices: Sequence[Any] | None = None, cross_device_ops=None,
                  communication_options: CommunicationOptions | None = None):
         """`communication_options`: the defaults of this strategy's all_reduce and

@@ -66,6 +66,8 @@ def make_logical_mesh(devices: Sequence[jax.Device], num_replicas: int,  # pyrig
 class TPUStrategy(Strategy):
     """Data parallelism over replicas, model parallelism over each replica's logical devices."""
 
+    _shards_optimizer_state = True  # sx.Optimizer(shard_state=True) splits its slots over the replicas
+
     def __init__(self, devices: Sequence[Any] | Any = None, *, logical_devices_per_replica: int | None = None,
                  experimental_device_assignment: DeviceAssignment | None = None):
         if devices is not None and not isinstance(devices, (list, tuple, str, jax.Device)):

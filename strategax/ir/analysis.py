@@ -3,7 +3,9 @@
 Bytes moved per replica follow the ring algorithms, by the traffic class each collective
 declares (`OpDef.traffic`, `opdefs.TRAFFIC`): an all-reduce of B bytes sends 2(N-1)/N * B per
 replica, an all-gather producing B bytes (`sx.all_gather_real` too: its pieces and every
-replica's count) and a broadcast of B bytes send (N-1)/N * B. A collective
+replica's count) and a broadcast of B bytes send (N-1)/N * B, a reduce-scatter producing B bytes
+(1/N of the tensor reduced) (N-1) * B: with the all-gather of its pieces, an all-reduce's bytes.
+A collective
 inside a `jax.scan` counts once per iteration (times its length); one inside a `jax.while`
 (a `fori_loop` with traced bounds, an `sx.range` loop) counts once, for one iteration, and
 says so: its `per_iteration_of` names the loop, whose trip count is known only when it runs.
@@ -60,7 +62,8 @@ class CollectiveStats:
                     f"({self.num_replicas} replicas){loops}")
         rows.append("tensor bytes: the size of the tensor reduced (or gathered, or broadcast); bytes moved: "
                     "what each replica sends per step for it with a ring algorithm (all-reduce 2(N-1)/N x "
-                    "tensor bytes, all-gather and broadcast (N-1)/N x tensor bytes), times its repeats")
+                    "tensor bytes, all-gather and broadcast (N-1)/N x tensor bytes, reduce-scatter (N-1) x its "
+                    "piece's bytes), times its repeats")
         return "\n".join(rows)
 
     def __str__(self) -> str:
@@ -94,7 +97,7 @@ def collective_stats(module: Module) -> CollectiveStats:
                 t = op.results[0].type
                 nbytes = _payload(op, n)
                 shape, members = t.shape, ()
-                if op.name == "sx.all_reduce_bucket":  # one flat buffer of all its tensors
+                if op.name in ("sx.all_reduce_bucket", "sx.reduce_scatter_bucket"):  # one flat buffer of its tensors
                     shape = (sum(r.type.nbytes // r.type.dtype.itemsize for r in op.results),)
                     reasons = op.attrs.get("reasons") or [""] * len(op.results)
                     locs = op.attrs.get("locs") or ["?"] * len(op.results)

@@ -56,8 +56,11 @@ class OpDef:
 # Traffic classes: bytes each replica sends for a collective whose results hold B bytes, with N
 # replicas and ring algorithms. "reduce": an all-reduce, 2(N-1)/N x B; "gather": an all-gather,
 # (N-1)/N x B; "broadcast": one replica's value to all, lowered as a tree of point-to-point
-# sends in which every other replica receives it once, (N-1)/N x B per replica on average.
+# sends in which every other replica receives it once, (N-1)/N x B per replica on average;
+# "scatter": a reduce-scatter whose result is this replica's 1/N piece of the reduction,
+# (N-1) x B (the ring's (N-1)/N of the N x B reduced).
 TRAFFIC: dict[str, Callable[[int, int], int]] = {
+    "scatter": lambda nbytes, n: nbytes * (n - 1),
     "reduce": lambda nbytes, n: 2 * nbytes * (n - 1) // n,
     "gather": lambda nbytes, n: nbytes * (n - 1) // n,
     "broadcast": lambda nbytes, n: nbytes * (n - 1) // n,
@@ -136,7 +139,7 @@ def is_pure(op: Operation) -> bool:
     return not op_effects(op)
 
 
-def writes(op: Operation) -> bool:
+def may_write(op: Operation) -> bool:
     """Whether `op` (or an op in its regions) writes: it must never be removed."""
     return WRITES_VARIABLE in op_effects(op)
 

@@ -39,7 +39,7 @@ def carries_gradients(op: Operation) -> bool:
 
 def _target(op: Operation, default: str | None) -> str | None:
     """The type `op` is to be sent in, or None."""
-    if op.name != "sx.all_reduce":
+    if op.name not in ("sx.all_reduce", "sx.reduce_scatter"):
         return None
     asked = op.attrs.get("compression")
     if asked is not None and is_aggregation(op):
@@ -70,7 +70,7 @@ def compress(op: Operation, dtype: str, why: str) -> tuple[Operation, Operation,
     attrs = {k: v for k, v in op.attrs.items() if k != "compression"}
     attrs["reason"] = f"{reason} ({dtype} on the wire)"
     summed = Value(_in(wide, narrow))
-    reduce = Operation("sx.all_reduce", [send], [summed], attrs, loc=op.loc)
+    reduce = Operation(op.name, [send], [summed], attrs, loc=op.loc)
     back = Operation("sx.convert", [summed], [Value(wide, op.result.name)],
                      {"reason": f"compress-collectives: {reason} back to {dtype_name(wide.dtype)}"}, loc=op.loc)
     return into, reduce, back

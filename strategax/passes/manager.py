@@ -32,11 +32,11 @@ class Pass(Protocol):
 
 # name -> "module:Class", imported on first use
 PASSES: dict[str, str] = {
-    "infer-locality": "strategax.passes.infer_locality:InferLocality",
+    "infer-locality": "strategax.passes.locality.infer_locality:InferLocality",
     "dce": "strategax.passes.dce:DeadCodeElimination",
     "propagate-sharding": "strategax.passes.propagate_sharding:PropagateSharding",
     "insert-collectives": "strategax.passes.insert_collectives:InsertCollectives",
-    "check-locality": "strategax.passes.check_locality:CheckLocality",
+    "check-locality": "strategax.passes.locality.check_locality:CheckLocality",
     "central-storage": "strategax.passes.central_storage:CentralStorage",
     "canonicalize": "strategax.passes.canonicalize:Canonicalize",
     "mask-padding": "strategax.passes.mask_padding:MaskPadding",
@@ -44,6 +44,7 @@ PASSES: dict[str, str] = {
     "simplify-collectives": "strategax.passes.simplify_collectives:SimplifyCollectives",
     "fuse-collectives": "strategax.passes.fuse_collectives:FuseCollectives",
     "compress-collectives": "strategax.passes.compress_collectives:CompressCollectives",
+    "shard-optimizer-state": "strategax.passes.shard_optimizer_state:ShardOptimizerState",
     "fold-double-negation": "strategax.passes.examples.fold_double_negation:FoldDoubleNegation",  # docs' example
 }
 # Why this order: fold identities first so every later pattern sees one form; drop dead code
@@ -54,12 +55,14 @@ PASSES: dict[str, str] = {
 # shardings propagate before fusion, which must not pack values split over logical devices;
 # central-storage right after insert-collectives (a no-op except under CentralStorageStrategy)
 # so that every later pass sees its broadcasts and reductions like any other collective;
+# shard-optimizer-state makes the gradient reductions a sharded optimizer takes pieces of
+# reduce-scatters before compression and fusion, which then treat them like all_reduces;
 # compression casts the all_reduces that ask for it before fusion, which buckets by dtype;
 # fusion packs the collectives that are left (after cse, so duplicates are not packed twice);
 # dce removes what the rewrites orphaned.
 DEFAULT_PIPELINE: tuple[str, ...] = ("canonicalize", "dce", "mask-padding", "insert-collectives", "central-storage",
                                      "infer-locality",
-                                     "check-locality", "simplify-collectives", "cse",
+                                     "check-locality", "simplify-collectives", "cse", "shard-optimizer-state",
                                      "compress-collectives", "propagate-sharding", "fuse-collectives", "dce")
 
 

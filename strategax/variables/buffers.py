@@ -162,3 +162,45 @@ def _apply(kind: str, old: np.ndarray, value: np.ndarray) -> np.ndarray:
     if kind == "assign":
         return value
     return old + value if kind == "assign_add" else old - value
+
+
+class ShardedBuffer(VarBuffer):
+    """A sharded optimizer slot's storage: replica r holds piece r of the flattened value padded
+    with zeros to a multiple of N (`collectives.shard`'s cut); eager reads and checkpoints see the
+    whole value, eager updates write it whole (cut again)."""
+
+    def __init__(self, var, initial: jax.Array):
+        self.var = var
+        self.layout = ReplicaLayout(var._strategy._mesh, var._ir_type())
+        with jax.ensure_compile_time_eval():
+            self.array = self._pieces(np.asarray(initial, var.dtype))
+
+    def _pieces(self, whole: np.ndarray) -> jax.Array:
+        n, k = self.layout.num_replicas, self.layout.type.shape[0]
+        flat = np.zeros((n * k,), whole.dtype)
+        flat[:whole.size] = whole.reshape(-1)
+        pieces = flat.reshape(n, k)
+        return self.layout.assemble([pieces[i] for i in self.layout.local_replica_ids])
+
+    def global_value(self) -> jax.Array:
+        """The whole value, replicated (every process of a multi-worker job must call it)."""
+        join, array = _unsharder(self.layout, tuple(self.var.shape)), self.array
+        if array.is_fully_addressable:
+            return join(array)
+        return self.var._strategy._across_workers(lambda: join(array), ("read sharded", self.layout, self.var.shape))
+
+    def eager_read(self):
+        return self.global_value().addressable_shards[0].data
+
+    def eager_update(self, kind: str, value) -> None:
+        if isinstance(value, PerCopy):
+            raise ValueError("internal error: a sharded slot takes one whole value")
+        old = np.asarray(self.eager_read())
+        self.array = self._pieces(np.asarray(_apply(kind, old, np.asarray(value)), self.var.dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _unsharder(layout: ReplicaLayout, shape: tuple[int, ...]):
+    """A program that puts a sharded slot's pieces back together, replicated."""
+    size = int(np.prod(shape, dtype=np.int64))
+    return jax.jit(lambda a: a[:size].reshape(shape), out_shardings=NamedSharding(layout.mesh, PartitionSpec()))

@@ -7,6 +7,13 @@ then `extended.update` of each variable with optax's update; in cross-replica co
 already-reduced gradients. With `loss_scale` it scales the loss for float16 as TensorFlow's
 `LossScaleOptimizer` (`loss_scale.py`): the check for inf/NaN runs on the all-reduced gradients,
 so an overflow on any replica skips the step on every replica.
+
+With `shard_state=True` under a strategy of N > 1 replicas (ZeRO stage 1/2) every slot shaped
+like its parameter is a `ShardedSlotVariable` (1/N per replica) and a compiled step takes each
+replica's piece of the reduced gradient and of the parameter (`sx.shard`), applies optax to
+the pieces, and `sx.all_gather`s the new parameter values; the `shard-optimizer-state` pass
+then turns `sx.shard(sx.all_reduce(g))` into `sx.reduce_scatter(g)`. The update must act
+element by element (checked on optax's jaxpr when the slots are made: `slots.check_elementwise`).
 """
 from __future__ import annotations
 
@@ -15,21 +22,41 @@ from typing import Any, Iterable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .. import _context
 from .._markers import is_variable
-from ..errors import DistributionTypeError, DistributionValueError
+from ..dialects import collectives
+from ..errors import DistributionTypeError, DistributionValueError, check_type
 from ..trace.distributed_values import PerReplica, is_distributed
 from . import loss_scale as loss_scales
 from . import slots
 from .enums import VariableAggregation
 from .sharded import ShardedVariable
+from .sharded_slots import ShardedSlotVariable
 from .slots import Params, StatePath
 from .variables import Variable
 
 
 def _add_update(var, update):
     return var.assign_add(update)
+
+
+def _assign(var, value):
+    return var.assign(value)
+
+
+def _num_shards(strategy, name: str, shard_state: bool) -> int:
+    """How many pieces each slot is cut in: the replica count, or 1 (not sharded)."""
+    n = strategy.num_replicas_in_sync if strategy is not None and _context.has_strategy() else 1
+    if not shard_state or n <= 1:
+        return 1  # OneDeviceStrategy and the default strategy: nothing to split
+    if not getattr(strategy, "_shards_optimizer_state", False):
+        raise DistributionValueError(
+            f"optimizer {name!r}: shard_state=True under {type(strategy).__name__}, which keeps "
+            "variables its own way", "use MirroredStrategy, MultiWorkerMirroredStrategy or TPUStrategy, "
+            "or shard_state=False")
+    return n
 
 
 def _unshard(grads: list, variables: list) -> tuple[list, list]:
@@ -57,14 +84,17 @@ def _array(value, what: str, fix: str):
 class Optimizer:
     """Wrap `tx` (an optax GradientTransformation); create it in `strategy.scope()`.
     `loss_scale="dynamic"` (or a fixed number) scales the loss for float16 as TensorFlow's
-    `LossScaleOptimizer`."""
+    `LossScaleOptimizer`. `shard_state=True` holds each slot 1/N per replica (ZeRO 1/2)."""
 
-    def __init__(self, tx, name: str = "Optimizer", loss_scale=None):
+    def __init__(self, tx, name: str = "Optimizer", loss_scale=None, shard_state: bool = False):
         if not (hasattr(tx, "init") and hasattr(tx, "update")):
             raise DistributionValueError(f"sx.Optimizer needs an optax.GradientTransformation, not {tx!r}",
                                          "pass e.g. optax.adam(1e-3)")
+        check_type(shard_state, bool, "shard_state", "pass shard_state=True or False")
         self._tx, self._name = tx, name
         self._strategy = _context.strategy()
+        self._shard_state = shard_state
+        self._num_shards = _num_shards(self._strategy, name, shard_state)
         self.iterations = Variable(0, name=f"{name}/iterations", dtype=jnp.int32, trainable=False,
                                    aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
         self._loss_scale = loss_scales.make(loss_scale, name)
@@ -85,6 +115,11 @@ class Optimizer:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def shard_state(self) -> bool:
+        """Whether slots are held 1/N per replica (False where N is 1: nothing to split)."""
+        return self._num_shards > 1
 
     def non_slot_variables(self) -> dict[tuple[str, ...], Variable]:
         """The optimizer's own variables by checkpoint path: `iterations`, and with a dynamic
@@ -219,6 +254,8 @@ class Optimizer:
         group = self._slots(variables)
         order = {id(v): i for i, v in enumerate(variables)}
         grads = [grads[order[id(v)]] for v in group.variables]  # the group's own order
+        if group.sharded and _context.is_tracing() and _context.session() is not None:
+            return self._apply_sharded(strategy, grads, group, cross_replica)
         state = jax.tree_util.tree_unflatten(group.treedef, [s.read_value() for s in group.slots])
         params = Params([v.read_value() for v in group.variables])
         updates, new_state = self._tx.update(Params([jnp.asarray(g) for g in grads]), state, params)
@@ -238,6 +275,42 @@ class Optimizer:
         self.iterations.assign_add(1)
         return None
 
+    def _apply_sharded(self, strategy, grads: list, group: "SlotGroup", cross_replica: bool):
+        """The traced step on pieces: each replica updates 1/N of every slot and parameter and
+        the new parameter values are gathered whole (see the module docstring)."""
+        n = self._num_shards
+
+        def piece(x, v: Variable, what: str):
+            return collectives.shard(jnp.asarray(x), n, f"sx.Optimizer(shard_state=True): {what} of {v.name}",
+                                     serves=v.name)
+        g_pieces = [piece(g, v, "gradient") for g, v in zip(grads, group.variables)]
+        p_pieces = [piece(v.read_value(), v, "value") for v in group.variables]
+        leaves = [s.read_piece() if isinstance(s, ShardedSlotVariable) else s.read_value() for s in group.slots]
+        state = jax.tree_util.tree_unflatten(group.treedef, leaves)
+        updates, new_state = self._tx.update(Params(g_pieces), state, Params(p_pieces))
+        scale = self._loss_scale
+        if isinstance(scale, loss_scales.DynamicLossScale):  # a non-finite piece anywhere skips every shard
+            local = loss_scales.all_finite(g_pieces).astype(jnp.int32)
+            finite = collectives.all_reduce(local, "min", "sx.Optimizer(shard_state=True): all gradients finite") > 0
+            updates = [jnp.where(finite, u, jnp.zeros_like(u)) for u in updates]
+            new_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+            scale.update(finite)
+        for v, p, u in zip(group.variables, p_pieces, updates):
+            new = (p + jnp.asarray(u).astype(v.dtype)).astype(v.dtype)
+            whole = collectives.all_gather(new, 0, n, f"sx.Optimizer(shard_state=True): new value of {v.name}")
+            value = collectives.unshard(whole, tuple(v.shape))
+            if cross_replica:
+                strategy.extended.update(v, _assign, args=(value,))
+            else:
+                v.assign(value)
+        for s, value in zip(group.slots, jax.tree_util.tree_leaves(new_state)):
+            if isinstance(s, ShardedSlotVariable):
+                s.assign_piece(value)
+            else:
+                s.assign(value)
+        self.iterations.assign_add(1)
+        return None
+
 
 class SlotGroup:
     """The optax state of one set of variables, one slot variable per state leaf."""
@@ -250,10 +323,16 @@ class SlotGroup:
         self.leaves = slots.state_leaves(state)  # (owner index or None, state path, initial value)
         pending = [optimizer._pending.pop(id(v), (v, {}))[1] for v in variables]
         scope = _context.push(optimizer._strategy) if _context.has_strategy() else contextlib.nullcontext()
+        n = optimizer._num_shards
+        # a slot shaped like its parameter is split (Adam's mu and nu); others (a count) are not
+        split = [n > 1 and owner is not None and tuple(np.shape(leaf)) == tuple(variables[owner].shape)
+                 and np.size(leaf) > 0 for owner, _, leaf in self.leaves]
+        self.sharded = any(split)
+        if self.sharded:
+            self._check_elementwise(optimizer, split)
         with scope:
-            self.slots = [Variable(self._initial(optimizer.name, pending, owner, path, leaf), trainable=False,
-                                   name=f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}")
-                          for owner, path, leaf in self.leaves]
+            self.slots = [self._slot(optimizer, pending, owner, path, leaf, s)
+                          for (owner, path, leaf), s in zip(self.leaves, split)]
         for slot in self.slots:
             slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
 
@@ -262,12 +341,33 @@ class SlotGroup:
         """The group of slot variables that exist already (a parameter-server job's, made by a worker)."""
         group = cls.__new__(cls)
         group.variables, group.slots = list(variables), list(slot_variables)
+        group.sharded = False  # a parameter-server job's slots are never split
         for slot in group.slots:
             slot._optimizer_state = True  # counted as optimizer state in f.stats().memory
         state = jax.eval_shape(optimizer.tx.init, Params([jax.ShapeDtypeStruct(v.shape, v.dtype) for v in variables]))
         group.treedef = jax.tree_util.tree_structure(state)
         group.leaves = slots.state_leaves(state)
         return group
+
+    def _slot(self, optimizer: Optimizer, pending: list[dict], owner, path: StatePath, leaf, split: bool):
+        initial = self._initial(optimizer.name, pending, owner, path, leaf)
+        name = f"{optimizer.name}/{self._label(owner)}/{'/'.join(path)}"
+        if split:
+            return ShardedSlotVariable(initial, name=name, serves=self.variables[owner].name,
+                                       num_replicas=optimizer._num_shards)
+        return Variable(initial, trainable=False, name=name)
+
+    def _check_elementwise(self, optimizer: Optimizer, split: list[bool]) -> None:
+        """Raise unless optax's update on pieces gives the pieces of its update (slots.check_elementwise)."""
+        n = optimizer._num_shards
+
+        def piece(shape, dtype):
+            return jax.ShapeDtypeStruct((collectives.shard_size(int(np.prod(shape, dtype=np.int64)), n),), dtype)
+        leaves = [piece(np.shape(leaf), leaf.dtype) if s else jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype)
+                  for (_, _, leaf), s in zip(self.leaves, split)]
+        state = jax.tree_util.tree_unflatten(self.treedef, leaves)
+        pieces = [piece(v.shape, v.dtype) for v in self.variables]
+        slots.check_elementwise(optimizer.name, optimizer.tx, pieces, state, pieces, split)
 
     def _label(self, owner: int | None) -> str:
         return "group" if owner is None else self.variables[owner].name

@@ -127,9 +127,12 @@ class Variable(VariableMarker):
                 f"a distributed variable with aggregation=MEAN and the non-floating dtype "
                 f"{np.dtype(self._dtype).name} (TensorFlow 2.21 raises too: a mean would be truncated)",
                 "use a float dtype, or aggregation=SUM or ONLY_FIRST_REPLICA")
-        make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
-        self._store = make(self, array) if make is not None else buffers.VarBuffer(self, array)
+        self._store = self._make_store(array)
         self._symbol = var_ops.new_symbol(self)  # its name in IR modules
+
+    def _make_store(self, array):
+        make = getattr(self._strategy, "_var_buffer", None)  # a strategy may store variables its way
+        return make(self, array) if make is not None else buffers.VarBuffer(self, array)
 
     # --- description -------------------------------------------------------------------
     name = property(lambda self: self._name)

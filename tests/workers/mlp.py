@@ -47,15 +47,15 @@ def make_step(strategy):
 GLOBAL_BATCH = 32
 
 
-def make_variable_training(strategy):
-    """The MLP in sx.Variables with sx.Optimizer(TX): (variables, optimizer, train_step, seen),
-    `seen` a sync-on-read SUM variable counting the examples trained on."""
+def make_variable_training(strategy, shard_state: bool = False):
+    """The MLP in sx.Variables with sx.Optimizer(TX, shard_state=...): (variables, optimizer,
+    train_step, seen), `seen` a sync-on-read SUM variable counting the examples trained on."""
     import strategax as sx
 
     names = sorted(init_params())
     with strategy.scope():
         variables = {k: sx.Variable(v, name=k) for k, v in init_params().items()}
-        optimizer = sx.Optimizer(TX)
+        optimizer = sx.Optimizer(TX, shard_state=shard_state)
         seen = sx.Variable(0.0, synchronization="ON_READ", aggregation="SUM", name="seen")
 
     @strategy.function

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..dialects.control_flow import branch_predicate
-from ..dialects.variables import UPDATES, variable_of
-from ..errors import DistributionRuntimeError, DistributionValueError
-from ..ir import Block, Locality, Module, Operation, is_collective
+from ...dialects.control_flow import branch_predicate
+from ...dialects.variables import UPDATES, variable_of
+from ...errors import DistributionRuntimeError, DistributionValueError
+from ...ir import Block, Locality, Module, Operation, is_collective
 
 _AGG_FIX = ("give the variable an aggregation (sx.VariableAggregation.SUM, MEAN or ONLY_FIRST_REPLICA), "
             "all-reduce the value first (sx.get_replica_context().all_reduce), or update it in "

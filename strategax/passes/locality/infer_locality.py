@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..dialects.control_flow import region_flows
-from ..ir import Block, Locality, Module, Operation, Value, declaration
-from .rewrite import all_values as values
+from ...dialects.control_flow import region_flows
+from ...ir import Block, Locality, Module, Operation, Value, declaration
+from ..rewrite import all_values as values
 
 
 def _set(v: Value, loc: Locality) -> bool:
