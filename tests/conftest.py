@@ -176,20 +176,56 @@ def interpreter_tolerance(module) -> dict:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "no_round_trip: skip the automatic IR round-trip check")
-    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
 
 
-@pytest.hookimpl(tryfirst=True)
+# The slowest files (worker processes, Ray, flax models: measured), handed to pytest-xdist's
+# workers first so the run ends on short files; the order changes only the time.
+SLOW_FIRST = ("test_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
+              "test_multi_worker_hung.py", "test_multi_worker_faults.py", "test_multi_worker_safety.py",
+              "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_fuse_collectives.py")
+
+
+# Session fixtures whose files go to one xdist worker together: the Ray cluster (one per run), and
+# the multi-worker tutorial's first run, which the Ray Train test shares
+SHARED = ("ray_cluster", "tutorial_first_run")
+
+
+def uses_ray(file: str | Path) -> bool:
+    """Whether a test file asks for the session's Ray cluster or another SHARED fixture."""
+    path = Path(file)
+    path = path if path.is_absolute() else Path(__file__).resolve().parent.parent / path
+    return path.suffix == ".py" and path.is_file() and any(name in path.read_text() for name in SHARED)
+
+
+def file_rank(file: str | Path) -> tuple:
+    """Where a test file goes in the run: the Ray files, then SLOW_FIRST's, then the others."""
+    name = Path(file).name
+    return (0,) if uses_ray(file) else (1, SLOW_FIRST.index(name)) if name in SLOW_FIRST else (2,)
+
+
 def pytest_collection_modifyitems(config, items):
-    """pytest-xdist's workers (`-n 2 --dist loadgroup`, pyproject.toml) take whole files, so a
-    file's module-scoped references compile once; the files that use the Ray cluster go to one
-    worker together, so a run starts one cluster (with them the multi-worker tutorial's, whose
-    first run the Ray Train test shares)."""
-    shared = ("ray_cluster", "tutorial_first_run")
-    ray_files = {item.path for item in items if set(shared) & set(getattr(item, "fixturenames", ()))}
-    for item in items:
-        group = "ray" if item.path in ray_files else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """Whole files in file_rank's order (a file's tests keep theirs)."""
+    ranks = {path: file_rank(path) for path in {item.path for item in items}}
+    items.sort(key=lambda item: ranks[item.path])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (`-n 2`, pyproject.toml) hands out whole files, so a file's module-scoped
+    references compile once; the files that use the Ray cluster go to one worker together, so a
+    run starts one cluster (with them the multi-worker tutorial's, whose first run the Ray Train
+    test shares). Files go out in the order the workers collected them (file_rank's).
+    (xdist's own `--dist loadgroup` marks do not group under pytest 9: xdist renames the test ids
+    through an attribute pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::")[0]
+            return "ray" if uses_ray(file) else file
+
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Keras callbacks and checkpoints around `fit` on strategax (issue 34, item 5): EarlyStopping,
 ReduceLROnPlateau, BackupAndRestore (an interrupted fit resumed) and `sx.Checkpoint(model=...,
-optimizer=...)` with Keras objects. Reference: the same code run by Keras alone on one device
+optimizer=...)` with Keras objects, and Keras mixed precision skipping a step when one replica's
+rows overflow. Reference: the same code run by Keras alone on one device
 (a model built outside any scope), on 101 rows in batches of 16 (a last batch of 5: uneven on 2
 and 8 replicas)."""
 import os
@@ -45,9 +46,9 @@ def fit(model, callbacks, epochs=12, **kwargs):
                      **kwargs)
 
 
-def assert_weights_equal(a, b, rtol=1e-5):
+def assert_weights_equal(a, b, rtol=1e-5, atol=1e-6):
     for x, y in zip(a.get_weights(), b.get_weights(), strict=True):
-        np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-6)
+        np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("replicas", [2, 8])
@@ -128,3 +129,30 @@ def test_sx_checkpoint_saves_and_restores_keras_models_and_optimizers(tmp_path):
     fit(whole, [], epochs=3)
     assert_weights_equal(fresh, whole)
     assert int(np.asarray(fresh.optimizer.iterations)) == int(np.asarray(whole.optimizer.iterations))
+@pytest.mark.parametrize("replicas", [2, 8])
+def test_mixed_precision_skips_the_step_when_any_replica_overflows(replicas):
+    # Intent: with mixed_float16 and Keras' LossScaleOptimizer, a batch that overflows float16
+    # only on the last replica's rows skips the step on every replica and halves the scale, as
+    # Keras alone skips it for the whole batch; the next steps train alike (each replica's loss
+    # is weighted by its share before the scaled backward, so on 8 replicas a clean batch does
+    # not overflow where one device's does not).
+    x = X[:32].copy()
+    x[-2:] = 1e5  # beyond float16 (inf in the forward): the last rows, on the last replica under 2 and 8
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        def run(strategy):
+            model = model_in(strategy)
+            before = [w.copy() for w in model.get_weights()]
+            scale0 = float(model.optimizer.initial_scale)  # dynamic_scale exists once built
+            model.fit(x, Y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+            skipped = all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+            scale1 = float(np.asarray(model.optimizer.dynamic_scale))
+            model.fit(X[:32], Y[:32], batch_size=32, epochs=1, shuffle=False, verbose=0)
+            return model, skipped, scale0, scale1
+        ref_model, ref_skipped, ref_s0, ref_s1 = run(None)
+        model, skipped, s0, s1 = run(mirrored(replicas))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert ref_skipped and ref_s1 == ref_s0 / 2, "the reference must overflow and skip"
+    assert skipped and (s0, s1) == (ref_s0, ref_s1)
+    assert_weights_equal(model, ref_model, rtol=2e-3, atol=1e-4)  # float16 compute: a few float16 roundings

@@ -150,3 +150,24 @@ def test_train_step_is_an_inspectable_strategax_function():
     reference = _model()
     expected = reference.train_on_batch(x, y, return_dict=True)
     np.testing.assert_allclose(float(logs["loss"]), expected["loss"], rtol=TOL)
+
+
+def test_steps_per_execution_equals_one_device():
+    # Intent: steps_per_execution=3 over 5 batches (the last partial: 44 rows) takes every batch
+    # once, in order, with one device's numbers (Adam: its state carried from call to call).
+    def model(steps):
+        keras.utils.set_random_seed(0)
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        m.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["accuracy"], steps_per_execution=steps,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+    x, y = _data(300)
+    reference = model(1)
+    expected = reference.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    with sx.MirroredStrategy(["CPU:0", "CPU:1"]).scope():
+        distributed = model(3)
+    history = distributed.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    for key in ("loss", "accuracy"):
+        np.testing.assert_allclose(history[key], expected[key], rtol=TOL, atol=TOL, err_msg=key)
+    for w, r in zip(distributed.get_weights(), reference.get_weights()):
+        np.testing.assert_allclose(w, r, rtol=TOL, atol=TOL)

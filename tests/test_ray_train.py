@@ -118,14 +118,21 @@ def test_a_killed_worker_restarts_the_job_from_the_last_checkpoint(ray_cluster, 
                    scaling_config=ScalingConfig(num_workers=2),
                    run_config=RunConfig(name="restart", storage_path=str(storage),
                                         failure_config=FailureConfig(max_failures=2),
-                                        callbacks=[exception_recorder(str(tmp_path / "errors.jsonl"))])), timeout=400)
+                                        callbacks=[exception_recorder(str(tmp_path / "errors.jsonl"))])), timeout=500)
     killer.join(timeout=1)
     assert killed, "worker 1 was never killed"
-    # what the group stopped with: worker 0 named worker 1 (worker 1's own process is gone)
+    # what Ray Train saw the group stop with: worker 0's WorkerLostError naming worker 1, or, when
+    # Ray Train's health check (every 2 s) finds worker 1's process gone before worker 0's error
+    # reaches it, that (it then stops worker 0 itself)
     errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
     survivor = [e["error"] for e in errors if e["rank"] == 0]
-    assert survivor and "WorkerLostError" in survivor[0] and "worker 1 (worker, task index 1, " in survivor[0] \
-        and "was lost (its process is gone)" in survivor[0], errors
+    victim = [e["error"] for e in errors if e["rank"] == 1]
+    assert len(errors) <= 2 and (survivor or victim), errors
+    if survivor:
+        assert "WorkerLostError" in survivor[0] and "worker 1 (worker, task index 1, " in survivor[0] \
+            and "was lost (its process is gone)" in survivor[0], errors
+    else:
+        assert victim[0].startswith("WorkerHealthCheckFailedError"), errors
     ref_losses, ref_params = reference_training(STEPS)
     for w in range(2):
         lines = (out / f"worker{w}.log").read_text().splitlines()

@@ -203,6 +203,9 @@ def _verify_all_gather(op: Operation) -> str | None:
     if src.dtype != dst.dtype or len(src.shape) != len(dst.shape) or any(
             a != b for i, (a, b) in enumerate(zip(src.shape, dst.shape)) if i != axis):
         return f"result type {dst} is not operand type {src} gathered along axis {axis}"
+    n = op.attrs.get("num_replicas")
+    if n is not None and src.shape and dst.shape[axis] != src.shape[axis] * n:
+        return f"result type {dst} is not operand type {src} gathered along axis {axis} from {n} replicas"
     return None
 
 

@@ -6,7 +6,7 @@ from .attr_values import EnumAttr, Held, PrimitiveRef, Record, Splat, Subprogram
 from .attributes import KINDS, format_attr
 from .opdefs import (MODULE_ATTRS, OP_DEFS, READS_VARIABLE, TRAFFIC, VAR_ATTRS, WRITES_VARIABLE, OpDef,
                      UndeclaredOpError, add_resolver, declaration, declare, has_collective, has_effects,
-                     is_collective, is_pure, lookup, op_effects, writes)
+                     is_collective, is_pure, lookup, may_write, op_effects)
 from .ops import Block, Func, Location, Module, Operation, VarDecl
 from .parser import ParseError, parse
 from .printer import print_module
@@ -23,5 +23,5 @@ __all__ = [
     "Value", "VarDecl", "VerifyError", "WRITES_VARIABLE", "add_resolver", "declaration", "declare", "dense_array",
     "dtype_name", "format_attr", "has_collective",
     "has_effects", "is_collective", "is_pure", "lookup", "op_effects", "parse", "print_module",
-    "verify", "writes",
+    "may_write", "verify",
 ]

@@ -139,7 +139,7 @@ def is_pure(op: Operation) -> bool:
     return not op_effects(op)
 
 
-def writes(op: Operation) -> bool:
+def may_write(op: Operation) -> bool:
     """Whether `op` (or an op in its regions) writes: it must never be removed."""
     return WRITES_VARIABLE in op_effects(op)
 

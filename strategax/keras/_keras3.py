@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..input.padding import batch_mask
-from . import steps
+from . import custom_loops, steps
 from .errors import KerasAdapterError, KerasBackendError
 from .functions import Runner
 
@@ -71,6 +71,10 @@ def install() -> None:
     _wrap_mean_update(reduction_metrics.Mean)
     _wrap_stateless_apply(base_optimizer.BaseOptimizer)
     _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
+    _wrap_scale_loss(loss_scale_optimizer.LossScaleOptimizer)
+    from keras.src.backend.jax import core as jax_core
+    custom_loops.wrap_variable(jax_core.JaxVariable)
+    custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
 
 
 # --- which models -------------------------------------------------------------------------
@@ -204,6 +208,24 @@ def _wrap_stateless_apply(cls) -> None:
     cls.stateless_apply = stateless_apply
 
 
+def _wrap_scale_loss(cls) -> None:
+    """A LossScaleOptimizer's scaled loss in a replica step is also weighted by the replica's
+    share of the batch (TensorFlow scales each replica's loss by 1/replicas): the float16
+    backward overflows where one device's does; `combine_grads` then sums the gradients."""
+    original = cls.scale_loss
+
+    def scale_loss(self, loss):
+        scaled = original(self, loss)
+        ctx = steps.active()
+        if ctx is None or ctx.kind != "train" or self is not ctx.model.optimizer:
+            return scaled
+        share = ctx.loss_share()
+        return scaled if share is None else scaled * share.astype(scaled.dtype)
+
+    scale_loss.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.scale_loss = scale_loss
+
+
 def _wrap_update_metrics(cls) -> None:
     original = cls._update_metrics_variables
 
@@ -257,13 +279,12 @@ def update_metrics(ctx: steps.StepContext, model, metrics_variables, unscaled_lo
 
 def _wrap_mean_update(cls) -> None:
     """`keras.metrics.Mean` (and every MeanMetricWrapper: accuracy, MSE, ...) counts an
-    unweighted batch by its static row count; in a replica step it counts the real rows
+    unweighted batch by its static row count; traced by strategax it counts the real rows
     (weights from `sx.nn.batch_mask`: 1 for real rows, 0 for padded ones)."""
     original = cls.update_state
 
     def update_state(self, values, sample_weight=None):
-        ctx = steps.active()
-        if ctx is not None and sample_weight is None and jnp.ndim(values) >= 1:
+        if _context.is_tracing() and sample_weight is None and jnp.ndim(values) >= 1:
             sample_weight = batch_mask(values).astype(jnp.float32)
         return original(self, values, sample_weight=sample_weight)
 

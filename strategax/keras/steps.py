@@ -49,6 +49,7 @@ class StepContext:
         self.grads_combined = False
         self.metrics_out: list | None = None  # the metric state update_metrics returned
         self.apply_depth = 0  # nesting of stateless_apply (a LossScaleOptimizer's inner one)
+        self.prescaled = False  # the loss was weighted by this replica's share before the gradient
         self.data_rows = 1  # the batch's static (padded) row count, set by the step
         count, padded = _context.batch()
         ctx = get_replica_context()
@@ -89,6 +90,16 @@ class StepContext:
         return n.astype(jnp.float32) / jnp.maximum(total, 1).astype(jnp.float32), n
 
     # --- gradients -----------------------------------------------------------------------
+    def loss_share(self):
+        """This replica's share n_i / N of a mean loss, for weighting the loss before the gradient
+        (a loss-scaled float16 backward then sees one device's magnitudes, so it overflows where
+        one device's would, not N times sooner); None for a sum (or an unknown) reduction."""
+        reduction = self.loss_reduction or getattr(self.model, "_sx_loss_reduction", None)
+        if reduction != "mean":
+            return None
+        self.prescaled = True
+        return self.weight(self.data_rows)[0]
+
     def combine_grads(self, grads: list, data_rows: int) -> list:
         """The batch's gradient from each replica's: sum over replicas of w_i * g_i."""
         if self.grads_combined:
@@ -106,7 +117,7 @@ class StepContext:
                 "`sx.keras.set_loss_reduction(model, 'mean')` (a mean over the batch's rows) or "
                 "`'sum'` (a sum over them)")
         w, n = self.weight(data_rows)
-        if reduction == "sum":
+        if reduction == "sum" or self.prescaled:
             w = jnp.ones((), jnp.float32)
         has_rows = n > 0
 

@@ -226,13 +226,12 @@ def _derived(op: Operation) -> AxisRule | None:
 
 def rule(op: Operation, *, rows: bool = False) -> AxisRule | None:
     """How `op` moves axes (`rows`: for the rows analysis, which also reads ROWS_ENTRIES); None
-    when the table does not know the op (or its attributes are not what the op takes: hostile IR
-    text is not followed, it is refused)."""
+    when the table does not know the op, or when the axes its rule names are not axes of its
+    values. The rules read attributes the verifier has checked (a generic op's by JAX's own
+    abstract evaluation, an sx op's by its declaration), so an error inside one is a bug and
+    is raised, not taken for an op the table does not know."""
     rows_entry = ROWS_ENTRIES.get(op.name) if rows else None
-    try:
-        r = rows_entry(op) if rows_entry is not None else _derived(op) or _rule(op)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-        return None
+    r = rows_entry(op) if rows_entry is not None else _derived(op) or _rule(op)
     if r is None:
         return None
     axes = [ax for pair in r.same for ax in pair] + r.opaque

@@ -1,11 +1,11 @@
 """dce: drop ops whose results nobody uses; ops that write (a variable update, or a region
-holding one) always stay. What counts as a write is the op declaration's (`ir.writes`)."""
+holding one) always stay. What counts as a write is the op declaration's (`ir.may_write`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..ir import Block, Module, writes
+from ..ir import Block, Module, may_write
 from .rewrite import BlockRewriter
 
 
@@ -15,7 +15,7 @@ def dce_block(block: Block) -> bool:
     live = set(block.results)
     changed = False
     for op in reversed(block.ops):
-        if not writes(op) and not any(r in live for r in op.results):
+        if not may_write(op) and not any(r in live for r in op.results):
             rw.erase(op)
             continue
         for region in op.regions:

@@ -234,8 +234,9 @@ def _constant_array(v: Value, producer: dict, depth: int) -> np.ndarray | None:
     return None
 
 
-class _Block:
-    """Masks, means and checks for one block."""
+class _Masker:
+    """Masks the row axes each op of one block combines, makes its means count real rows and
+    records the gaps."""
 
     def __init__(self, block: Block, rows: _Rows, counts: "_Counts", gaps: _Gaps):
         self.block, self.rows, self.counts, self.gaps = block, rows, counts, gaps
@@ -534,7 +535,7 @@ class MaskPadding:
         threads = _Counts(every)
         per_example, padded = _trims(module.main, rows, batch_counts, threads.home, gaps, producer)
         for b in every:
-            _Block(b, rows, threads, gaps).run()
+            _Masker(b, rows, threads, gaps).run()
         rewrite_blocks(module, _drop_marks)
         if per_example:
             module.attrs["per_example_results"] = per_example

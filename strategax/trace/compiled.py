@@ -126,7 +126,7 @@ class _Compiled:
             value = PerReplica.from_global(array, layout)
         return value if isinstance(entry, TakenOutput) else value.values[entry.replica]
 
-    def cut(self, entry: OutputEntry) -> bool:
+    def is_cut(self, entry: OutputEntry) -> bool:
         """Whether `entry`'s output is cut to its real extents after the run (`_cut`): every padded
         one but a per-replica batch's rows, which PerReplicaBatch keeps lazily."""
         return isinstance(entry, Output) and entry.index in self.padded and not (
@@ -183,7 +183,7 @@ class _Compiled:
         array with one replica (as TensorFlow hands it back), a distributed value otherwise."""
         kind, index = entry.kind, entry.index
         array, layout = outs[index], self.executable.out_layouts[index]
-        if self.cut(entry):
+        if self.is_cut(entry):
             return self._cut(PER_REPLICA if kind is PER_EXAMPLE else kind, index, outs, args)
         if self.strategy.num_replicas_in_sync == 1 and kind is not PER_EXAMPLE:
             return array

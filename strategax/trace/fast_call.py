@@ -57,7 +57,7 @@ class FastCall:
             return None  # distributed values regrouped from pytrees, keyword arguments
         if any(isinstance(entry, (TakenOutput, LocalOutput)) for entry in compiled.out_plan):
             return None  # rows of a taken batch, or of one replica: cut per call
-        if any(compiled.cut(entry) for entry in compiled.out_plan):
+        if any(compiled.is_cut(entry) for entry in compiled.out_plan):
             return None  # cut to real extents read from the call's counts (`_Compiled._cut`)
         layouts = dict(zip(compiled.dynamic, compiled.in_layouts))
         checks, batch_at = [], None

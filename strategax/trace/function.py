@@ -30,7 +30,7 @@ from .fast_call import MAX_BUILDS, MISS, FastCall
 from .importer import import_jaxpr
 from .inspection import MemoryStats, StepStats, build_report, memory_stats, render_report
 from .keys import is_key
-from .batches import TraceInputs, rewrite
+from .batches import TraceInputs, reroll
 from .kinds import KeyOutput, LocalOutput, Output, OutputEntry, StaticOutput
 from .signature import (ARRAY, MIRRORED, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
@@ -217,7 +217,7 @@ class StrategyFunction:
         types = [leaf_type(sig.leaves[i], sig.kinds[i]) for i in dynamic]
         closed = self._make_jaxpr(self._flat_fn(sig, dynamic, session, inputs, outputs), sig, dynamic, types, inputs)
         with internal_stage("the import of the traced program into the IR"):  # the user's code has run
-            closed, input_types, input_plan = rewrite(closed, inputs)  # sx.range loops, next(iterator)
+            closed, input_types, input_plan = reroll(closed, inputs)  # sx.range loops, next(iterator)
             func = import_jaxpr(closed, types + input_types, "main")
         module, variables = self._module(func, session, snapshots, timings)
         with internal_stage("planning the program's outputs"):

@@ -43,7 +43,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "first.setdefault(op_key(op)[:2], op.results)",
         "cse: ops differing only in attributes (SUM and MEAN all_reduces) merged"),
     "dce-drops-writes": (
-        "strategax.passes.dce", "if not writes(op) and not any(r in live for r in op.results):",
+        "strategax.passes.dce", "if not may_write(op) and not any(r in live for r in op.results):",
         "if not any(r in live for r in op.results):",
         "dce: a variable update whose value nobody reads is dropped"),
     "canonicalize-x-plus-1": (

@@ -2,9 +2,9 @@
 (`takes`, `streams`), `sx.range` loops (`loops`) made one on-device loop (`outline`), and
 per-example outputs trimmed to each replica's real rows (`per_example`)."""
 from .loops import range  # noqa: A004 - sx.range, like tf.range
-from .outline import rewrite
+from .outline import reroll
 from .per_example import LocalResult
 from .streams import Streams
 from .takes import TraceInputs, element_spec
 
-__all__ = ["LocalResult", "Streams", "TraceInputs", "element_spec", "range", "rewrite"]
+__all__ = ["LocalResult", "Streams", "TraceInputs", "element_spec", "range", "reroll"]

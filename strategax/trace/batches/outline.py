@@ -2,7 +2,7 @@
 
 `jax.make_jaxpr` of a strategy function leaves an `sx.range` loop as its first two traced
 iterations between `sx.loop_mark` equations (`loops.py`), and each `next(iterator)` as an
-`sx.take` equation (`takes.py`). `rewrite` re-traces the jaxpr equation by equation:
+`sx.take` equation (`takes.py`). `reroll` re-traces the jaxpr equation by equation:
 
 - the two iterations must be the same computation (same primitives and parameters, nested
   jaxprs compared up to renaming); where the second reads a value the first computed, that
@@ -275,8 +275,8 @@ def _check_not_nested(jaxpr, inside: str | None = None) -> None:
             _check_not_nested(sub, inside or f"a `{eqn.primitive}` (a JAX transformation or control flow)")
 
 
-# --- the rewrite ----------------------------------------------------------------------------
-def rewrite(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPlan | None]:
+# --- re-rolling: sx.range loops as while loops, takes as inputs ----------------------------
+def reroll(closed, inputs: TraceInputs) -> tuple[Any, list[TensorType], InputPlan | None]:
     """`closed` with every `sx.range` loop made one while loop and every take an input; also the
     types of the new inputs (after the old ones) and the plan that feeds them. Unchanged
     (no plan) when the function has neither."""
