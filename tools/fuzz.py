@@ -64,7 +64,7 @@ def shrink(p, failing: str, ir_order=None):
         changed = False
         candidates = [dataclasses.replace(p, steps=p.steps[:i] + p.steps[i + 1:]) for i in range(len(p.steps))
                       if len(p.steps) > 1]
-        candidates += [dataclasses.replace(p, n=m, rows=p.rows[:m] if p.inputs == "ragged" else p.rows)
+        candidates += [dataclasses.replace(p, n=m, rows=p.rows[:m] if p.inputs in ("ragged", "wide") else p.rows)
                        for m in (1, 2, 4) if m < p.n and (p.inputs != "dataset")]
         candidates += [dataclasses.replace(p, inputs="per_replica", rows=())] if p.inputs != "per_replica" else []
         candidates += [dataclasses.replace(p, bytes_per_pack=0)] if p.bytes_per_pack else []
