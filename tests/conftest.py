@@ -2,6 +2,7 @@
 compiled round-trips through the IR text and runs to the same numbers (also on the
 reference interpreter)."""
 import atexit
+import functools
 import inspect
 import os
 import shutil
@@ -190,8 +191,9 @@ SLOW_FIRST = ("test_multi_worker.py", "test_flax_layers.py", "test_preemption.py
 SHARED = ("ray_cluster", "tutorial_first_run")
 
 
+@functools.lru_cache(maxsize=None)
 def uses_ray(file: str | Path) -> bool:
-    """Whether a test file asks for the session's Ray cluster or another SHARED fixture."""
+    """Whether a test file asks for the session's Ray cluster or another SHARED fixture (read once)."""
     path = Path(file)
     path = path if path.is_absolute() else Path(__file__).resolve().parent.parent / path
     return path.suffix == ".py" and path.is_file() and any(name in path.read_text() for name in SHARED)

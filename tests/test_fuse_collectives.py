@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import strategax as sx
+from strategax.passes.fuse_collectives import DEFAULT_BYTES_PER_PACK
 
 N_PARAMS, SHAPE = 40, (4, 8)  # 40 tensors of 128 bytes each: 5120 bytes in all
 TENSOR_BYTES = int(np.prod(SHAPE)) * 4
@@ -48,8 +49,9 @@ def test_forty_gradients_pack_into_ceil_total_over_bytes_per_pack_buckets(bytes_
     grads = step(params, dist_x)
 
     total = N_PARAMS * TENSOR_BYTES
-    expected = 1 if bytes_per_pack == 0 else math.ceil(total / max(bytes_per_pack, TENSOR_BYTES))
-    if bytes_per_pack and bytes_per_pack < TENSOR_BYTES:
+    limit = bytes_per_pack or DEFAULT_BYTES_PER_PACK  # 0: strategax's default (TensorFlow's "automatic")
+    expected = math.ceil(total / max(limit, TENSOR_BYTES))
+    if limit < TENSOR_BYTES:
         expected = N_PARAMS  # each tensor is larger than a pack: a bucket of its own
     assert count_in_ir(step.ir(params, dist_x)) == expected
     assert count_in_ir(step.ir(params, dist_x, stage="cse")) == N_PARAMS  # before fusion: one per tensor
@@ -72,7 +74,8 @@ def test_forty_gradients_pack_into_ceil_total_over_bytes_per_pack_buckets(bytes_
 
 
 def test_default_is_one_bucket_per_reduce_op():
-    # Intent: without options, sum and mean reductions each become one bucket (two collectives).
+    # Intent: without options, sum and mean reductions of small tensors (far below the default
+    # bucket size) each become one bucket (two collectives).
     strategy = sx.MirroredStrategy()
     n = strategy.num_replicas_in_sync
 
@@ -96,6 +99,36 @@ def test_default_is_one_bucket_per_reduce_op():
         np.testing.assert_allclose(np.asarray(m.values[-1]), total / n + k)
 
 
+def test_default_buckets_keep_tensors_above_64_kib_alone_and_zero_means_the_default():
+    # Intent: the default bucket size (64 KiB, chosen by measurement: docs/performance.md) packs
+    # the small tensors in program order and reduces each larger one on its own, as jax.jit's
+    # per-tensor pmean does; bytes_per_pack=0 (TensorFlow's "automatic") is that default; the
+    # numbers are one-device NumPy's.
+    assert DEFAULT_BYTES_PER_PACK == 64 * 1024
+    strategy = sx.MirroredStrategy()
+    n = strategy.num_replicas_in_sync
+    big = (128, 160)  # 80 KiB of float32: above the default
+
+    def make_step(options):
+        def replica_step(x):
+            grads = [x[0, 0] * jnp.ones((4,)), x[:4] + 1.0, x * 2.0, x - 1.0]  # 16 B, 2.5 KiB, 80 KiB, 80 KiB
+            return sx.get_replica_context().all_reduce("SUM", grads, options=options)
+        return strategy.function(lambda x: strategy.run(replica_step, args=(x,)))
+
+    pieces = [np.full(big, r + 0.5, np.float32) for r in range(n)]
+    x = strategy.experimental_distribute_values_from_function(lambda ctx: pieces[ctx.replica_id_in_sync_group])
+    total = sum(pieces)
+    for options in (None, sx.CommunicationOptions(bytes_per_pack=0)):
+        step = make_step(options)
+        out = step(x)
+        stats = step.stats(x)
+        # the two small ones share a bucket; each 80 KiB tensor is reduced alone
+        assert sorted(max(len(c.members), 1) for c in stats.collectives) == [1, 1, 2]
+        assert sorted(c.payload_bytes for c in stats.collectives) == [16 + 2560, 81920, 81920]
+        for got, want in zip(out, [total[0, 0] * np.ones(4), total[:4] + n, total * 2.0, total - n]):
+            np.testing.assert_allclose(np.asarray(got.values[0]), want, rtol=1e-6)
+
+
 def test_bucket_lowering_per_backend_keeps_numbers_and_the_bucket_table():
     # Intent: a bucket lowers per backend (TPU and GPU: one flat all_reduce; CPU: the members of
     # at most 64 KiB flat, a larger one alone, which XLA:CPU combines into one all-reduce)
@@ -106,7 +139,8 @@ def test_bucket_lowering_per_backend_keeps_numbers_and_the_bucket_table():
     n = strategy.num_replicas_in_sync
 
     def replica_step(a, b, c):
-        return sx.get_replica_context().all_reduce("MEAN", [a, b * 2.0, a * b, c])
+        one_buffer = sx.CommunicationOptions(bytes_per_pack=1 << 30)  # every member in one bucket
+        return sx.get_replica_context().all_reduce("MEAN", [a, b * 2.0, a * b, c], options=one_buffer)
 
     step = strategy.function(lambda a, b, c: strategy.run(replica_step, args=(a, b, c)))
     pa = [np.arange(4, dtype=np.float32) + r for r in range(n)]

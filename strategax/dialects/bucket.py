@@ -1,5 +1,7 @@
 """`sx.all_reduce_bucket`: several all_reduces of one reduce op packed into one collective;
-`sx.reduce_scatter_bucket`: several reduce-scatters likewise (a sharded optimizer's gradients).
+`sx.reduce_scatter_bucket`: several reduce-scatters likewise (a sharded optimizer's gradients),
+lowered by the same per-backend rule (one collective of rows side by side; on CPU the members
+over CPU_PACK_BYTES alone).
 
 `fuse-collectives` makes it. N operands give N results (each the reduction of its operand);
 `reasons` and `locs` keep every member's reason and source line so the dump's bucket table can
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jax import core as jax_core
 from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
@@ -116,18 +119,41 @@ declare(OpDef("sx.reduce_scatter_bucket", "Reduce-scatter several tensors of one
               locality=per_replica, verify=_verify_scatter_bucket, is_collective=True, traffic="scatter"))
 
 
-def _lower_scatter_bucket(op, args, ctx):
+def flat_scatter_bucket(*xs, op: str, n: int, axis_name):
     """Each member flattened, padded and laid out as N rows of its piece; the rows side by side;
     one reduce-scatter of the rows; the pieces cut apart."""
+    ks = [shard_size(x.size, n) for x in xs]
+    rows = jnp.concatenate([padded(x, n, jnp).reshape(n, k) for x, k in zip(xs, ks)], axis=1)
+    mine = lax.psum_scatter(rows, axis_name, scatter_dimension=0, tiled=True).reshape(-1)
+    if op == "mean":
+        mine = mine / n if jnp.issubdtype(mine.dtype, jnp.inexact) else mine // n
+    return list(jnp.split(mine, np.cumsum(ks)[:-1]))
+
+
+def cpu_scatter_bucket(*xs, op: str, n: int, axis_name):
+    """On XLA:CPU, as `cpu_bucket`: the small members as one collective, each large one alone
+    (laying out a large gradient as rows would copy it, for one rendezvous saved)."""
+    small = [i for i, x in enumerate(xs) if x.size * x.dtype.itemsize <= CPU_PACK_BYTES]
+    packed = dict(zip(small, flat_scatter_bucket(*[xs[i] for i in small], op=op, n=n, axis_name=axis_name))) \
+        if len(small) > 1 else {}
+    return [packed[i] if i in packed else flat_scatter_bucket(x, op=op, n=n, axis_name=axis_name)[0]
+            for i, x in enumerate(xs)]
+
+
+scatter_bucket_p = Primitive("sx_reduce_scatter_bucket")
+scatter_bucket_p.multiple_results = True
+scatter_bucket_p.def_abstract_eval(lambda *xs, op, n, axis_name: [
+    jax_core.ShapedArray((shard_size(x.size, n),), x.dtype) for x in xs])
+mlir.register_lowering(scatter_bucket_p, mlir.lower_fun(flat_scatter_bucket, multiple_results=True))
+mlir.register_lowering(scatter_bucket_p, mlir.lower_fun(cpu_scatter_bucket, multiple_results=True), platform="cpu")
+
+
+def _lower_scatter_bucket(op, args, ctx):
     n = op.attrs["num_replicas"]
-    ks = [r.type.shape[0] for r in op.results]
     if n == 1:
         return [jnp.reshape(x, (-1,)) for x in args]
-    rows = jnp.concatenate([padded(x, n, jnp).reshape(n, k) for x, k in zip(args, ks)], axis=1)
-    mine = lax.psum_scatter(rows, ctx.axis_name, scatter_dimension=0, tiled=True).reshape(-1)
-    if op.attrs["op"] == "mean":
-        mine = mine / n if jnp.issubdtype(mine.dtype, jnp.inexact) else mine // n
-    return [piece.astype(r.type.dtype) for piece, r in zip(jnp.split(mine, np.cumsum(ks)[:-1]), op.results)]
+    pieces = scatter_bucket_p.bind(*args, op=op.attrs["op"], n=n, axis_name=ctx.axis_name)
+    return [piece.astype(r.type.dtype) for piece, r in zip(pieces, op.results)]
 
 
 def _reference_scatter_bucket(op, args, ctx):

@@ -160,7 +160,7 @@ REFERENCE["sx.all_reduce"] = lambda op, args, ctx: [
 def all_reduce(x, op: str, reason: str, *, bytes_per_pack: int | None = None, compression: str | None = None,
                carries: str | None = None):
     """All-reduce `x`; `bytes_per_pack` (from CommunicationOptions) becomes an op attribute that
-    `fuse-collectives` reads (absent: the pass's default, one bucket per op and group);
+    `fuse-collectives` reads (absent or 0: the pass's default, 64 KiB buckets);
     `compression` ("bf16", "f16") one that `compress-collectives` reads, kept only where it
     can apply: a SUM or MEAN of a float type wider than it; `carries` one of CARRIES."""
     x = jnp.asarray(x)

@@ -162,13 +162,15 @@ class BlockRewriter:
         gone = {r: op for op in self._erased for r in op.results}
         if not gone:
             return
-        readers = [(v, f"{_named(user)} still reads {_value(v)}") for user in kept for v in user.operands]
-        readers += [(v, f"the block still yields {_value(v)}") for v in results]
-        for v, reader in readers:
-            if v in gone:
-                error = RuntimeError(f"a rewrite erased {_named(gone[v])}, but {reader}")
-                error.op = gone[v]  # pyright: ignore[reportAttributeAccessIssue]  read by errors._op_of
-                raise error
+        # the message is built only for a reader found (not one string per operand of every op)
+        readers = ((v, user) for user in kept for v in user.operands if v in gone)
+        found = next(readers, None) or next(((v, None) for v in results if v in gone), None)
+        if found is not None:
+            v, user = found
+            reader = f"{_named(user)} still reads {_value(v)}" if user else f"the block still yields {_value(v)}"
+            error = RuntimeError(f"a rewrite erased {_named(gone[v])}, but {reader}")
+            error.op = gone[v]  # pyright: ignore[reportAttributeAccessIssue]  read by errors._op_of
+            raise error
 
     def _insert(self, where: dict, op: Operation, new_ops: list[Operation]) -> None:
         if new_ops:
