@@ -99,8 +99,10 @@ def campaign(args) -> int:
         if not isinstance(out, BaseException):
             outcomes[out[:110]] += 1
             return
-        sig = signature(out)
+        sig = signature(out) + (" [bf16 compression]" if p.compression else "")
         outcomes["FAILED"] += 1
+        if log:
+            log.write(json.dumps({"failed": repr(p), "signature": sig}) + "\n")
         if sig in failures:
             failures[sig]["count"] += 1
             return

@@ -20,7 +20,7 @@ from strategax import backends, ir
 from strategax.passes.manager import DEFAULT_PIPELINE
 from strategax.tools import strategax_opt
 
-from .programs import Program, make_inputs, run_strategax_function, strategy_for
+from .programs import Program, make_inputs, quiet, run_strategax_function, strategy_for
 
 BASE = "canonicalize,dce,mask-padding,insert-collectives,central-storage,infer-locality"
 OPTIMISATIONS = ("check-locality", "simplify-collectives", "cse", "compress-collectives", "canonicalize", "dce",
@@ -43,12 +43,13 @@ def traced(p: Program) -> tuple[str, list, Any] | None:
     strategy = strategy_for(p.n)
     x, _ = make_inputs(p, strategy)
     f = run_strategax_function(p, strategy)
-    try:
-        compiled, sig = f._specialization((x,), {})
-    except (ValueError, TypeError, RuntimeError):
-        return None
-    args = [np.asarray(jax.device_get(a)) for a in compiled.global_args(sig)]
-    return f.ir(x, stage="traced"), args, compiled.executable.in_layouts
+    with quiet():
+        try:
+            compiled, sig = f._specialization((x,), {})
+        except (ValueError, TypeError, RuntimeError):
+            return None
+        args = [np.asarray(jax.device_get(a)) for a in compiled.global_args(sig)]
+        return f.ir(x, stage="traced"), args, compiled.executable.in_layouts
 
 
 def reference(text: str, args: list, layouts: list, n: int) -> list:

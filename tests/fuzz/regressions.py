@@ -13,6 +13,21 @@ REGRESSIONS: list[Program] = [
     # simplify-collectives merged them, then erased the first as if summing were its only use
     Program(n=2, inputs="per_replica", rows=(), steps=(("all_gather", 0, 0), ("all_gather", 0, 0), ("sum0", 2, 0),
                                                        ("dot", 3, 0), ("sum0", 5, 0), ("add", 4, 6))),
+    # two SUM all_reduces of different values in one bucket (fuse-collectives): each member
+    # must get its own result back
+    Program(n=3, inputs="per_replica", rows=(), steps=(("all_reduce_sum", 0, 0), ("replica_scale", 0, 0),
+                                                       ("all_reduce_sum", 3, 0), ("sub", 2, 4))),
+    # the long run's first find (not a strategax bug): with bf16 compression, a difference of
+    # large compressed sums keeps their rounding error; the tolerance now scales with the
+    # largest value the program computes
+    Program(n=4, inputs="per_replica", rows=(), steps=(("while", -2, -2), ("batch_reduce_sum", 0, 15), ("cond", -1, 6),
+                                                       ("slice", 0, 2), ("merge_reduce_sum", 13, -1), ("neg", 9, -1),
+                                                       ("all_reduce_sum", 12, -1)),
+            compression="bf16", seed=3),
+    # a partial batch's padded rows (1.0 after x * 0.5 + 1) never count: summed over the rows,
+    # and averaged over all entries
+    Program(n=4, inputs="dataset", rows=(10,), steps=(("sum0", 1, 0),)),
+    Program(n=4, inputs="dataset", rows=(10,), steps=(("mean_all", 1, 0),)),
     # the summed gather alone (the other one dead): an all_reduce SUM of the local sums
     Program(n=2, inputs="per_replica", rows=(), steps=(("all_gather", 0, 0), ("all_gather", 0, 0), ("sum0", 2, 0),
                                                        ("add", 4, 3))),
