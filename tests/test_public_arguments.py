@@ -191,6 +191,7 @@ case("Variable.assign_sub", "delta", [1.0, 2.0], VE, lambda b: V.assign_sub(b), 
 case("Optimizer", "tx", 3, VE, lambda b: sx.Optimizer(b), here())
 case("Optimizer.apply_gradients", "grads_and_vars", 3, TE, lambda b: OPT.apply_gradients(b), here())
 case("Optimizer.apply_gradients", "grads_and_vars", [(jnp.ones(3), W)], TE, lambda b: OPT.apply_gradients(b), here())
+case("Optimizer", "shard_state", "yes", TE, lambda b: sx.Optimizer(optax.sgd(0.1), shard_state=b), here())
 case("Optimizer", "loss_scale", W, TE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
 case("Optimizer", "loss_scale", True, TE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
 case("Optimizer", "loss_scale", "static", VE, lambda b: sx.Optimizer(optax.sgd(0.1), loss_scale=b), here())
