@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("STRATEGAX_VERIFY", "1")
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 
 def signature(e: BaseException) -> str:
@@ -45,8 +45,8 @@ def signature(e: BaseException) -> str:
 
 def attempt(p, ir_order=None) -> str | BaseException:
     """The outcome of one program: "ok", "both raise", "refused: ...", or the exception."""
-    from fuzz.ir_modules import check_ir
-    from fuzz.programs import check
+    from tests.fuzz.ir_modules import check_ir
+    from tests.fuzz.programs import check
     try:
         outcome = check(p)
         if ir_order is not None and outcome == "ok":
@@ -82,8 +82,8 @@ def shrink(p, failing: str, ir_order=None):
 
 
 def campaign(args) -> int:
-    from hypothesis import HealthCheck, Phase, given, settings, strategies as st
-    from fuzz.programs import programs
+    from hypothesis import Phase, given, settings, strategies as st
+    from tests.fuzz.programs import ALL_HEALTH_CHECKS, programs
 
     outcomes: collections.Counter = collections.Counter()
     failures: dict[str, dict] = {}
@@ -92,7 +92,7 @@ def campaign(args) -> int:
     seen: set[str] = set()  # a hash of each program drawn: how many were distinct
 
     @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=ALL_HEALTH_CHECKS)
     @given(programs(max_steps=args.max_steps), st.lists(st.integers(0, 30), max_size=4))
     def one(p, order):
         count[0] += 1
@@ -196,7 +196,7 @@ def report(out: Path) -> int:
 
 
 def mutants(names: list[str]) -> int:
-    from fuzz.mutants import MUTANTS
+    from tests.fuzz.mutants import MUTANTS
     results = {}
     for name in names or list(MUTANTS):
         env = dict(os.environ, STRATEGAX_FUZZ_MUTANT=name, PYTHONPATH=str(ROOT))

@@ -16,12 +16,12 @@ import contextlib
 import logging
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, strategies as st
 from jax import lax
 
 import strategax as sx
@@ -34,6 +34,8 @@ def weight(k: int) -> np.ndarray:
     return ((np.arange(k * k, dtype=np.float32).reshape(k, k) - 4.0) / 8.0 % 1.5 - 0.75).astype(np.float32)
 
 
+# fuzzing is slow by design (iterating HealthCheck leaves out the deprecated checks)
+ALL_HEALTH_CHECKS = cast("list[HealthCheck]", list(HealthCheck))
 NAMED = "named error"  # the reference's answer where TensorFlow raises
 SYNCS = ("on_write", "on_read")
 AGGS = ("none", "sum", "mean", "only_first_replica")
@@ -210,7 +212,7 @@ def _sx_step(step, vals, ctx, p: Program, strategy, var):
         out = ctx.merge_call(lambda s, u, v: s.extended.batch_reduce_to(op, [(u, u), (v, v)], options=opts),
                              args=(a, b))
         return out[0] + out[1]
-    assert kind == "var_update" and var is not None
+    assert kind == "var_update" and var is not None and p.var is not None
     getattr(var, p.var[2])(_var_delta(a))
     return var.read_value()
 
@@ -294,7 +296,7 @@ def _reduce(a: list, op: str) -> list:
 class _RefVar:
     sync: str
     agg: str
-    copies: list = field(default_factory=list)
+    copies: list | _Poison = field(default_factory=list)  # each replica's copy, or why TF cannot read it
 
 
 class _Poison:
@@ -325,7 +327,7 @@ def _local_np_raw(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if kind in ("sum0", "sum_last"):
         return np.sum(a, axis=0 if kind == "sum0" else -1) if a.ndim else a
     if kind == "mean_all":
-        return np.mean(a)
+        return np.asarray(np.mean(a))
     if kind == "dot":
         return a @ weight(a.shape[-1]) if a.ndim else a * np.float32(2.0)
     if kind == "flatten":
@@ -513,7 +515,8 @@ def check(p: Program) -> str:
         np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=f"replica {r}")
     for what, g, w in (("the variable read after the run", gr, wr), (f"strategy.{p.post}", gp, wp)):
         if w is not None:
-            assert g is not None and np.shape(g) == np.shape(w), f"{what}: shape {np.shape(g)} != {np.shape(w)}"
+            assert g is not None, f"{what}: strategax returned nothing"
+            assert np.shape(g) == np.shape(w), f"{what}: shape {np.shape(g)} != {np.shape(w)}"
             scale = 1.0 + float(np.max(np.abs(np.nan_to_num(w)), initial=0.0)) if tol["scaled"] else 1.0
             np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=what)
     return "ok"
