@@ -50,6 +50,7 @@ from ..errors import DistributionValueError
 from ..ir import Block, Func, Locality, Module, Operation, TensorType, Value
 from .rewrite import BlockRewriter, all_blocks, rewrite_blocks
 from .axis_rules import rule
+from .fixed_extents import FIX as FIXED_EXTENT_FIX, fixed_extent_sources
 
 REASON = "padded rows"
 _FIX = ("mask the padded rows yourself before it, e.g. `x = jnp.where(sx.nn.batch_mask(x)[:, None], "
@@ -531,6 +532,8 @@ class MaskPadding:
             if not _gather_real(every, rows, module.attrs.get("num_replicas", 1)):
                 break
             every = all_blocks(module)
+        for at, message in fixed_extent_sources(module, every, rows.of):  # e.g. `x @ W` along a padded axis
+            gaps.add(at, message, FIXED_EXTENT_FIX)
         producer = {r: op for b in every for op in b.ops for r in op.results}
         threads = _Counts(every)
         per_example, padded = _trims(module.main, rows, batch_counts, threads.home, gaps, producer)
