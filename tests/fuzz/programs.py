@@ -355,6 +355,18 @@ def _local_np_raw(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.cos(a) * a + np.sin(a)
 
 
+def _traced_shape(kind: str, shape_a: tuple, shape_b: tuple, n: int) -> tuple:
+    """The shape strategax traces step `kind`'s result as, from its operands' traced shapes."""
+    if kind in LOCAL:
+        return _local_np(kind, np.zeros(shape_a, np.float32), np.zeros(shape_b, np.float32)).shape
+    if kind == "all_gather":
+        shape = shape_a if shape_a else (1,)
+        return (n * shape[0],) + tuple(shape[1:])
+    if kind == "var_update":
+        return (D,)
+    return shape_a
+
+
 def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None):
     """(each replica's value, its traced shape) of one step; `shapes` are the earlier values'."""
     kind, i, k = step
@@ -365,16 +377,14 @@ def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None):
         b, shape_b = (b, shape_b) if shape_b == shape_a else (a, shape_a)  # as strategax picks (traced shapes)
     else:
         b, shape_b = a, shape_a  # not read
-    if isinstance(a, _Poison) or isinstance(b, _Poison):
-        return (a if isinstance(a, _Poison) else b), shape_a
+    if isinstance(a, _Poison) or isinstance(b, _Poison):  # its traced shape still decides later steps' operands
+        return (a if isinstance(a, _Poison) else b), _traced_shape(kind, shape_a, shape_b, n)
     if kind == "dot" and shape_a and any(np.shape(u)[-1] != shape_a[-1] for u in a):
         # the matrix is a constant of the traced width: TensorFlow's matmul raises on a replica
         # whose own width differs (tests/data/tf/trust.json, dot_along_padded_axis)
         return _Poison("a matmul of a value whose width differs from the matrix's on some replica"), shape_a
     if kind in LOCAL:  # NumPy, replica by replica; the traced shape from the padded shapes
-        out = [_local_np(kind, u, v) for u, v in zip(a, b)]
-        traced = _local_np(kind, np.zeros(shape_a, np.float32), np.zeros(shape_b, np.float32)).shape
-        return out, traced
+        return [_local_np(kind, u, v) for u, v in zip(a, b)], _traced_shape(kind, shape_a, shape_b, n)
     if kind == "grad_all_reduce":  # d/dv sum(all_reduce(SUM, v*v)): all_reduce(SUM) of the cotangent
         if not _rows_of(a):
             return _Poison("an all_reduce of values that differ in shape"), shape_a
@@ -391,7 +401,7 @@ def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None):
     if kind == "all_gather":
         pieces = [v if v.ndim else v[None] for v in a]
         if len({v.shape[1:] for v in pieces}) > 1:
-            return _Poison("an all_gather of pieces that do not line up"), shape_a
+            return _Poison("an all_gather of pieces that do not line up"), _traced_shape(kind, shape_a, shape_b, n)
         shape = shape_a if shape_a else (1,)
         return [np.concatenate(pieces, axis=0)] * n, (n * shape[0],) + tuple(shape[1:])
     if kind == "replica_scale":

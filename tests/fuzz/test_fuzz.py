@@ -12,7 +12,7 @@ from hypothesis import Phase, given, settings, strategies as st
 
 from .ir_modules import check_ir
 from .programs import ALL_HEALTH_CHECKS, Program, check, programs
-from .regressions import REGRESSIONS
+from .regressions import RAISING, REGRESSIONS
 
 PROGRAMS = int(os.environ.get("STRATEGAX_FUZZ_PROGRAMS", "24"))
 IR_MODULES = int(os.environ.get("STRATEGAX_FUZZ_IR", "10"))
@@ -48,3 +48,9 @@ def test_every_pass_keeps_the_reference_interpreters_numbers(p: Program, order: 
 @pytest.mark.parametrize("p", REGRESSIONS, ids=lambda p: f"regression{REGRESSIONS.index(p)}")
 def test_regressions(p: Program):
     assert check(p) == "ok"
+
+
+@pytest.mark.no_round_trip
+@pytest.mark.parametrize("p", RAISING, ids=lambda p: f"raising{RAISING.index(p)}")
+def test_raising_regressions(p: Program):
+    assert check(p) == "both raise"
