@@ -17,6 +17,7 @@ import jax  # noqa: E402
 import keras  # noqa: E402
 
 import strategax as sx  # noqa: E402
+from strategax.keras.errors import KerasAdapterError  # noqa: E402
 
 RNG = np.random.default_rng(11)
 X = (RNG.normal(size=(101, 6)) * 2 + 1).astype(np.float32)
@@ -97,3 +98,49 @@ def test_outside_every_scope_keras_refuses_it_as_alone():
     # TensorFlow (nothing changes for Keras alone).
     with pytest.raises(ValueError, match="synchronized=True is only supported with the TensorFlow backend"):
         keras.layers.BatchNormalization(synchronized=True)
+
+
+SEQ = np.concatenate([X[:, None, :3], X[:, None, 3:]], axis=1)  # [rows, 2 steps, 3 features]
+SEQ[::3, 1] = 0.0  # every third row's second step masked
+
+
+def masked_model(synchronized: bool):
+    keras.utils.set_random_seed(2)
+    model = keras.Sequential([keras.layers.Input(shape=(2, 3)), keras.layers.Masking(0.0),
+                              keras.layers.BatchNormalization(synchronized=synchronized, momentum=0.5),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.05))
+    return model
+
+
+def test_a_masked_synchronized_batch_norm_weights_the_real_steps_of_every_replica():
+    # Intent: with a Keras mask (Masking: some steps masked), the statistics are Keras' masked
+    # ones (the mask's weighted mean and variance) over every replica's real rows: fit's losses
+    # and weights equal one device's on 101 rows in batches of 16 over 8 replicas.
+    want = masked_model(False)
+    want_history = want.fit(SEQ, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0).history
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(8)])
+    with strategy.scope():
+        model = masked_model(True)
+    history = model.fit(SEQ, Y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0).history
+    np.testing.assert_allclose(history["loss"], want_history["loss"], rtol=1e-5)
+    for g, w, v in zip(model.get_weights(), want.get_weights(), model.weights, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=v.path)
+
+
+def test_statistics_of_a_value_that_is_not_the_batch_raise_naming_the_layer():
+    # Intent: a synchronized layer given a value whose first axis is not the batch's rows
+    # (reshaped to twice the rows) cannot tell real rows from padded ones: fit raises at trace
+    # time naming the layer, this file's fit line and the fix, instead of counting padded rows.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    with strategy.scope():
+        model = keras.Sequential([keras.layers.Input(shape=(6,)), keras.layers.Dense(8),
+                                  keras.layers.Reshape((2, 4)),
+                                  keras.layers.Lambda(lambda v: keras.ops.reshape(v, (-1, 4))),
+                                  keras.layers.BatchNormalization(synchronized=True, name="pairs"),
+                                  keras.layers.Lambda(lambda v: keras.ops.reshape(v, (-1, 8))),
+                                  keras.layers.Dense(1)])
+        model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.05))
+    with pytest.raises(KerasAdapterError, match="synchronized BatchNormalization 'pairs'") as err:
+        model.fit(X[:21], Y[:21], batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    assert err.value.file == __file__ and "whose first axis is the batch" in str(err.value)
