@@ -12,11 +12,20 @@ strategax replica step of that model is being traced):
 - `BaseOptimizer.stateless_apply` and `LossScaleOptimizer.stateless_apply`: the replicas'
   gradients combined before the update (`steps.StepContext.combine_grads`);
 - `Trainer.compute_loss`: records how the compiled losses combine rows (a mean or a sum);
-- `JAXTrainer._update_metrics_variables`: metrics of the whole batch (`update_metrics`).
+- `JAXTrainer._update_metrics_variables`: metrics of the whole batch (`update_metrics`);
+- `BackupAndRestore` and `ModelCheckpoint`'s writes: on a multi-worker job only the chief writes
+  the user's path; the other workers write the same files to a folder of their own, deleted
+  after each save (`_write_as_chief`, as TensorFlow's Keras did): every worker still does
+  what a save reads (the same collectives), and no two processes write one file (HDF5 refuses
+  a file another process holds open).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
 
 import jax.numpy as jnp
 
@@ -75,6 +84,9 @@ def install() -> None:
     from keras.src.backend.jax import core as jax_core
     custom_loops.wrap_variable(jax_core.JaxVariable)
     custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
+    from keras.src.callbacks import backup_and_restore, model_checkpoint
+    _wrap_backup_and_restore(backup_and_restore.BackupAndRestore)
+    _wrap_model_checkpoint(model_checkpoint.ModelCheckpoint)
 
 
 # --- which models -------------------------------------------------------------------------
@@ -142,6 +154,73 @@ def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
     state = model._get_jax_state(**parts)
     batch = runner.next_batch(iter([data]))
     return state, batch
+
+
+# --- callbacks that write files -------------------------------------------------------------
+def _worker_of(model) -> int | None:
+    """This process's worker index when `model` trains on a multi-worker job and this worker is
+    not the chief (worker 0), else None (it writes the user's paths, as Keras alone does)."""
+    runner = runner_of(model) if model is not None else None
+    if runner is None or runner.strategy.extended.should_checkpoint:
+        return None
+    return int(getattr(runner.strategy, "_worker_index", 1))
+
+
+@contextlib.contextmanager
+def _write_as_chief(callback, attrs: tuple[str, ...], root: str) -> Iterator[None]:
+    """On a worker other than the chief: `callback`'s path attributes (under the folder `root`)
+    point into a folder of this worker's own while the block runs, and that folder is deleted
+    after (TensorFlow's Keras wrote a non-chief's checkpoints to a temporary folder and deleted
+    it the same way)."""
+    worker = _worker_of(getattr(callback, "model", None))
+    if worker is None:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=f"strategax-workertemp_{worker}-")
+    saved = {a: getattr(callback, a) for a in attrs}
+    try:
+        for a, path in saved.items():
+            mine = os.path.join(folder, "files", os.path.relpath(str(path), root))
+            object.__setattr__(callback, a, os.path.normpath(mine))
+        yield
+    finally:
+        for a, path in saved.items():
+            object.__setattr__(callback, a, path)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_BACKUP_PATHS = ("backup_dir", "_weights_path", "_training_metadata_path", "_prev_weights_path",
+                 "_prev_training_metadata_path")
+
+
+def _wrap_backup_and_restore(cls) -> None:
+    """The chief writes the backup (every worker restores from it); only the chief deletes it
+    when `fit` ends."""
+    original_save, original_end = cls._save_model, cls.on_train_end
+
+    def _save_model(self):
+        with _write_as_chief(self, _BACKUP_PATHS, str(self.backup_dir)):
+            return original_save(self)
+
+    def on_train_end(self, logs=None):
+        if _worker_of(self.model) is None:
+            return original_end(self, logs)
+
+    _save_model.__wrapped__ = original_save  # type: ignore[attr-defined]
+    on_train_end.__wrapped__ = original_end  # type: ignore[attr-defined]
+    cls._save_model, cls.on_train_end = _save_model, on_train_end
+
+
+def _wrap_model_checkpoint(cls) -> None:
+    """The chief writes the user's file; another worker the same file in its own folder."""
+    original = cls._save_model
+
+    def _save_model(self, epoch, batch, logs):
+        with _write_as_chief(self, ("filepath",), os.path.dirname(str(self.filepath)) or "."):
+            return original(self, epoch, batch, logs)
+
+    _save_model.__wrapped__ = original  # type: ignore[attr-defined]
+    cls._save_model = _save_model
 
 
 # --- inside a replica step ----------------------------------------------------------------
