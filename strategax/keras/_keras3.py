@@ -22,6 +22,7 @@ strategax replica step of that model is being traced):
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 
 from .. import _context
 from ..input.padding import batch_mask
-from . import custom_loops, steps
+from . import batch_norm, custom_loops, steps
 from .errors import KerasAdapterError, KerasBackendError
 from .functions import Runner
 
@@ -81,10 +82,13 @@ def install() -> None:
     _wrap_stateless_apply(base_optimizer.BaseOptimizer)
     _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
     _wrap_scale_loss(loss_scale_optimizer.LossScaleOptimizer)
+    _wrap_scale_loss(base_optimizer.BaseOptimizer, only_global_statistics=True)
     from keras.src.backend.jax import core as jax_core
     custom_loops.wrap_variable(jax_core.JaxVariable)
     custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
     from keras.src.callbacks import backup_and_restore, model_checkpoint
+    from keras.src.layers.normalization import batch_normalization
+    _wrap_batch_normalization(batch_normalization.BatchNormalization)
     _wrap_backup_and_restore(backup_and_restore.BackupAndRestore)
     _wrap_model_checkpoint(model_checkpoint.ModelCheckpoint)
 
@@ -154,6 +158,43 @@ def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
     state = model._get_jax_state(**parts)
     batch = runner.next_batch(iter([data]))
     return state, batch
+
+
+# --- BatchNormalization(synchronized=True) ---------------------------------------------------
+def _wrap_batch_normalization(cls) -> None:
+    """Keras refuses `synchronized=True` off TensorFlow (its constructor) and its JAX `moments`
+    raises for it; inside a strategax scope the layer is made, and in a strategax replica step
+    its batch statistics are the global batch's (`batch_norm.global_moments`). Outside every
+    strategax scope Keras answers as it does alone."""
+    original_init, original_moments = cls.__init__, cls._moments
+
+    def __init__(self, *args, synchronized=False, **kwargs):
+        if not (synchronized and _context.has_strategy()):
+            return original_init(self, *args, synchronized=synchronized, **kwargs)
+        original_init(self, *args, synchronized=False, **kwargs)
+        self.synchronized = True
+
+    def _moments(self, inputs, mask):
+        if not self.synchronized:
+            return original_moments(self, inputs, mask)
+        replica = batch_norm.replica_context()
+        if replica is None:  # the whole batch is here: the layer's own statistics are the batch's
+            self.synchronized = False
+            try:
+                return original_moments(self, inputs, mask)
+            finally:
+                self.synchronized = True
+        from keras.src import backend
+        ctx = steps.active()
+        if ctx is not None:  # the loss is weighted before the backward (`_wrap_scale_loss`)
+            ctx.global_statistics = True
+        return batch_norm.global_moments(replica, self.name, inputs, mask, list(self._reduction_axes),
+                                         float(backend.epsilon()))
+
+    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.signature(original_init)  # type: ignore[attr-defined]  # Keras' auto-config reads it
+    _moments.__wrapped__ = original_moments  # type: ignore[attr-defined]
+    cls.__init__, cls._moments = __init__, _moments
 
 
 # --- callbacks that write files -------------------------------------------------------------
@@ -287,16 +328,21 @@ def _wrap_stateless_apply(cls) -> None:
     cls.stateless_apply = stateless_apply
 
 
-def _wrap_scale_loss(cls) -> None:
+def _wrap_scale_loss(cls, only_global_statistics: bool = False) -> None:
     """A LossScaleOptimizer's scaled loss in a replica step is also weighted by the replica's
     share of the batch (TensorFlow scales each replica's loss by 1/replicas): the float16
-    backward overflows where one device's does; `combine_grads` then sums the gradients."""
+    backward overflows where one device's does; `combine_grads` then sums the gradients.
+    Any optimizer's (`only_global_statistics`) when the forward all-reduced batch statistics
+    (a synchronized BatchNormalization): the backward of that all-reduce sums every replica's
+    cotangents, so each replica's loss must carry its weight n_i / N before the gradient, not after."""
     original = cls.scale_loss
 
     def scale_loss(self, loss):
         scaled = original(self, loss)
         ctx = steps.active()
         if ctx is None or ctx.kind != "train" or self is not ctx.model.optimizer:
+            return scaled
+        if only_global_statistics and not ctx.global_statistics:
             return scaled
         share = ctx.loss_share()
         return scaled if share is None else scaled * share.astype(scaled.dtype)
