@@ -46,8 +46,7 @@ def one_device():
     return {rows: train(build(False), rows) for rows in (101, 97)}
 
 
-@pytest.mark.parametrize("replicas", [2, 8])
-@pytest.mark.parametrize("rows", [101, 97])
+@pytest.mark.parametrize("rows,replicas", [(101, 2), (101, 8), (97, 8)])
 def test_synchronized_batch_norm_equals_one_device_on_the_whole_batch(one_device, replicas, rows):
     # Intent: with the statistics of the global batch's real rows (per-replica statistics, or
     # padded rows counted, move the weights by ~1e-2 here), every number fit, evaluate and
