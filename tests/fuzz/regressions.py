@@ -49,7 +49,7 @@ RAISING: list[Program] = [
     # the fourth long run: a dot whose matrix has the traced (padded) width, contracting a
     # partial batch's rows (after a sum over the features); strategax contracted the padding and
     # answered (a vector of the padded length) where TensorFlow's matmul raises on a replica with
-    # fewer rows: now a padding gap (passes/fixed_extents.py)
+    # fewer rows: now a padding gap (passes/mask_padding/fixed_extents.py)
     Program(n=5, inputs="dataset", rows=(15,), steps=(("sum_last", 3, -2), ("dot", -1, -2), ("sum0", -1, 10)),
             post="reduce_mean"),
     # the same along per-replica widths that differ (docs/testing.md's open question)

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..ir import Block, Module, Operation, Value
+from ...dialects.control_flow import region_flows
+from ...ir import Block, Module, Operation, Value
 
 _SHAPE_OPS = ("jax.broadcast_in_dim", "jax.reshape", "jax.convert_element_type", "jax.squeeze", "jax.transpose")
 
@@ -33,7 +34,7 @@ def fixed_extent_sources(module: Module, every: list[Block],
                          row_count: Callable[[Value, int], object]) -> list[tuple[Operation | None, str]]:
     """(the op to name, what it combines) for each value of a fixed extent that the rows analysis
     (`row_count(value, axis)`: its count, or None) made padded along an axis longer than 1."""
-    marked = {op.operands[0] for b in every for op in b.ops if op.name == "sx.rows"}
+    marked = _marked(every)
     users: dict[Value, list[Operation]] = {}
     for b in every:
         for op in b.ops:
@@ -66,6 +67,21 @@ def fixed_extent_sources(module: Module, every: list[Block],
                               "a replica's extent is not that size)"))
             break
     return found
+
+
+def _marked(every: list[Block]) -> set[Value]:
+    """The values marked `sx.rows`, and those that flow into them through a region: an input a
+    loop's body marks (a batch taken inside `sx.range` or `for x in dataset`) has its padding."""
+    marked = {op.operands[0] for b in every for op in b.ops if op.name == "sx.rows"}
+    flows = [(src, dst) for b in every for op in b.ops if op.regions for src, dst, _ in region_flows(op)]
+    changed = True
+    while changed:
+        changed = False
+        for src, dst in flows:
+            if dst in marked and src not in marked:
+                marked.add(src)
+                changed = True
+    return marked
 
 
 def _first_user(v: Value, users: dict[Value, list[Operation]]) -> Operation | None:
