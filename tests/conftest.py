@@ -181,7 +181,7 @@ def pytest_configure(config):
 
 # The slowest files (worker processes, Ray, flax models: measured), handed to pytest-xdist's
 # workers first so the run ends on short files; the order changes only the time.
-SLOW_FIRST = ("test_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
+SLOW_FIRST = ("test_multi_worker.py", "test_keras_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
               "test_multi_worker_hung.py", "test_multi_worker_faults.py", "test_multi_worker_safety.py",
               "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_fuse_collectives.py")
 
