@@ -187,7 +187,7 @@ def pytest_configure(config):
 SLOW_FIRST = ("test_multi_worker.py", "test_keras_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
               "test_multi_worker_hung.py", "test_multi_worker_faults.py", "test_multi_worker_safety.py",
               "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_sharded_optimizer.py",
-              "test_keras_fit.py", "test_keras_batch_norm.py", "test_keras_callbacks.py",
+              "test_keras_fit.py", "test_keras_batch_norm.py", "test_keras_callbacks.py", "test_keras_inputs.py",
               "test_sharded_optimizer_state.py", "test_keras_tutorial.py", "test_keras_custom_loop.py",
               "test_variables_tf.py", "test_docs_porting.py", "test_compilation_cache.py", "test_strategax_opt.py",
               "test_padding_analysis.py", "test_ragged_shapes.py", "test_fuse_collectives.py", "test_tf_semantics.py",
