@@ -2,7 +2,7 @@
 in a strategax scope: a `keras.utils.PyDataset` (a partial last batch, `workers` and
 `use_multiprocessing` left default), a Python generator with `steps_per_epoch`, NumPy arrays with
 `validation_split`, `validation_data` (arrays and an `sx.data.Dataset`), `shuffle=True` under a
-fixed seed, and a distributed dataset from `distribute_datasets_from_function`. Reference: Keras
+fixed seed, `sample_weight`, and a distributed dataset from `distribute_datasets_from_function`. Reference: Keras
 alone on one device (a model built outside any scope) on the same inputs and global batches, from
 the same weights (101 rows in batches of 16: a last batch of 5, uneven on 2 and 8 replicas).
 `sx.data.Dataset` and `experimental_distribute_dataset`: tests/test_keras_datasets.py."""
@@ -92,6 +92,12 @@ def shuffled(model):
     return history, None, model.predict(X, batch_size=BATCH, verbose=0)
 
 
+def sample_weights(model):
+    w = np.linspace(0.1, 2.0, len(X)).astype(np.float32)
+    history = model.fit(X, Y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    return history, model.evaluate(X, Y, sample_weight=w, batch_size=BATCH, verbose=0), None
+
+
 def from_function(model):
     # each replica's batches from dataset_fn (per-replica batch size 16 / N); Keras alone: the
     # same global batches as arrays
@@ -109,7 +115,8 @@ def from_function(model):
 
 
 KINDS = {"py_dataset": py_dataset, "generator": generator, "validation_split": validation_split,
-         "validation_data": validation_data, "shuffle": shuffled, "from_function": from_function}
+         "validation_data": validation_data, "shuffle": shuffled, "sample_weight": sample_weights,
+         "from_function": from_function}
 
 
 def reset(model):
