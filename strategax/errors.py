@@ -158,14 +158,15 @@ def _describe(op: Any) -> tuple[str, tuple[str, int] | None]:
     return f"the equation {op.primitive}", where
 
 
-def internal_error(cause: BaseException, stage: str, op: Any = None, detail: str | None = None) -> InternalError:
-    """The InternalError for `cause` (not a named error) raised in `stage` at `op` (found in the
-    traceback when not given); raise it `from cause`."""
+def internal_error(cause: BaseException, stage: str, op: Any = None, detail: str | None = None,
+                   kind: type[InternalError] = InternalError) -> InternalError:
+    """The InternalError (or subclass `kind`) for `cause` (not a named error) raised in `stage`
+    at `op` (found in the traceback when not given); raise it `from cause`."""
     op = op if op is not None else _op_of(cause)
     at, location = _describe(op) if op is not None else ("", None)
     text = detail or f"{type(cause).__name__}: {cause}"
-    error = InternalError(f"internal error in {stage}{f' at {at}' if at else ''}: {text}", REPORT,
-                          location=location or _call_site())
+    error = kind(f"internal error in {stage}{f' at {at}' if at else ''}: {text}", REPORT,
+                 location=location or _call_site())
     error.stage, error.op = stage, op
     return error
 

@@ -1,5 +1,5 @@
 """Updates from many workers at once are applied on the parameter servers atomically per
-variable: none is lost (4 workers x 200 steps of assign_add(1) end at exactly 800), including
+variable: none is lost (4 workers x 100 steps of assign_add(1) end at exactly 400), including
 replica-context updates aggregated over each worker's 2 replicas first; reads inside a step
 see the servers' current values; scheduling errors behave as TensorFlow's coordinator's."""
 import jax
@@ -13,6 +13,9 @@ from conftest import here
 from parameter_servers import shared
 
 
+STEPS = 4 * 100  # 100 a worker on average (each worker takes the next step as it is free)
+
+
 @pytest.fixture(scope="module")
 def strategy(ray_cluster):
     return shared("4 workers x 2 devices, 2 ps", 4, 2, devices_per_worker=2)
@@ -24,9 +27,9 @@ def coordinator(strategy):
 
 
 def test_no_update_is_lost(strategy, coordinator):
-    # Intent: 800 steps on 4 workers: a cross-replica assign_add(1), a SUM-aggregated
+    # Intent: STEPS steps on 4 workers: a cross-replica assign_add(1), a SUM-aggregated
     # mirrored variable and a sync-on-read SUM variable each updated by 1 on both replicas of
-    # the running worker; the servers end at exactly 800, 1600 and 1600 (the count of steps
+    # the running worker; the servers end at exactly STEPS, 2 * STEPS and 2 * STEPS (the count of steps
     # times what one step adds), whichever worker ran which step.
     with strategy.scope():
         counter = sx.Variable(0, dtype=jnp.int32, name="counter")
@@ -42,10 +45,10 @@ def test_no_update_is_lost(strategy, coordinator):
             local.assign_add(1)
         strategy.run(replica)
 
-    values = [coordinator.schedule(step) for _ in range(4 * 200)]
+    values = [coordinator.schedule(step) for _ in range(STEPS)]
     coordinator.join()
     assert all(v.fetch() is None for v in values)
-    assert (int(counter.numpy()), int(summed.numpy()), int(local.numpy())) == (800, 1600, 1600)
+    assert (int(counter.numpy()), int(summed.numpy()), int(local.numpy())) == (STEPS, 2 * STEPS, 2 * STEPS)
     assert strategy.num_replicas_in_sync == 2
 
 

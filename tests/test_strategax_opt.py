@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+import strategax as sx
 from strategax import ir
 from strategax.ir import Module
 from strategax.passes import PASSES
@@ -113,7 +114,10 @@ def test_verify_each_names_the_pass_those_before_it_and_the_bad_op(monkeypatch):
     with pytest.raises(ValueError) as info:
         strategax_opt.run(GOOD, args, "in.sxir")
     text = str(info.value)
-    assert "after pass 'break-it' (passes before it: cse)" in text
+    # a pass that breaks the module is a strategax bug (sx.InternalError), shown at the op's input line
+    assert "internal error in pass 'break-it' (passes before it: cse) at sx.all_reduce" in text, text
+    assert "the module it left does not verify" in text and "please report it" in text, text
+    assert isinstance(info.value.__cause__, sx.InternalError), repr(info.value.__cause__)
     assert "in.sxir:5:5: " in text  # the op whose operand is now undefined, at its input position
     assert "%r = sx.all_reduce %a" in text and "^^^^" in text
 

@@ -2,6 +2,8 @@
 (tests/fuzz/test_fuzz.py):
 
     python tools/fuzz.py --examples 20000 [--ir-every 5] [--seed 1] [--log fuzz.jsonl]
+    python tools/fuzz.py --examples 20000 --chunk 500 --seed 1000 --log-dir DIR   # resumable
+    python tools/fuzz.py --report DIR             # a chunked run's totals so far
     python tools/fuzz.py --mutants [NAME ...]     # does the suite-budget fuzzer catch each?
 
 A run draws random replica programs (tests/fuzz/programs.py) and checks each against NumPy and
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("STRATEGAX_VERIFY", "1")
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
 
 def signature(e: BaseException) -> str:
@@ -42,8 +45,8 @@ def signature(e: BaseException) -> str:
 
 def attempt(p, ir_order=None) -> str | BaseException:
     """The outcome of one program: "ok", "both raise", "refused: ...", or the exception."""
-    from fuzz.ir_modules import check_ir
-    from fuzz.programs import check
+    from tests.fuzz.ir_modules import check_ir
+    from tests.fuzz.programs import check
     try:
         outcome = check(p)
         if ir_order is not None and outcome == "ok":
@@ -79,21 +82,26 @@ def shrink(p, failing: str, ir_order=None):
 
 
 def campaign(args) -> int:
-    from hypothesis import HealthCheck, Phase, given, settings, strategies as st
-    from fuzz.programs import programs
+    from hypothesis import Phase, given, settings, strategies as st
+    from tests.fuzz.programs import ALL_HEALTH_CHECKS, programs
 
     outcomes: collections.Counter = collections.Counter()
     failures: dict[str, dict] = {}
     log = open(args.log, "a") if args.log else None
     start, count = time.time(), [0]
+    seen: set[str] = set()  # a hash of each program drawn: how many were distinct
 
     @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=ALL_HEALTH_CHECKS)
     @given(programs(max_steps=args.max_steps), st.lists(st.integers(0, 30), max_size=4))
     def one(p, order):
         count[0] += 1
+        seen.add(hashlib.sha1(repr(p).encode()).hexdigest()[:16])
         if count[0] % 100 == 0:
             print(f"{count[0]} programs, {time.time() - start:.0f} s: {dict(outcomes)}", flush=True)
+            if log:  # a run stopped part-way still counts what it ran
+                log.write(json.dumps({"progress": _summary(count[0], start, outcomes, failures, seen)}) + "\n")
+                log.flush()
         ir_order = order if args.ir_every and count[0] % args.ir_every == 0 else None
         out = attempt(p, ir_order)
         if not isinstance(out, BaseException):
@@ -121,16 +129,74 @@ def campaign(args) -> int:
         one()
     except KeyboardInterrupt:
         pass
-    summary = {"programs": count[0], "seconds": round(time.time() - start), "outcomes": dict(outcomes),
-               "distinct_failures": list(failures)}
+    summary = _summary(count[0], start, outcomes, failures, seen)
+    if args.hashes:
+        Path(args.hashes).write_text("".join(h + "\n" for h in sorted(seen)))
     print(json.dumps(summary, indent=1))
     if log:
         log.write(json.dumps({"summary": summary}) + "\n")
     return 1 if failures else 0
 
 
+def _summary(programs: int, start: float, outcomes, failures, seen) -> dict:
+    return {"programs": programs, "distinct_programs": len(seen), "seconds": round(time.time() - start),
+            "outcomes": dict(outcomes), "distinct_failures": list(failures)}
+
+
+def chunked(args) -> int:
+    """`--examples N` as chunks of `--chunk` programs, each its own process with its own seed
+    (`--seed`, `--seed`+1, ...) and log (DIR/seed-S.jsonl); a chunk whose log has its summary is
+    skipped, so a stopped run resumes where it was. `--report DIR` adds the chunks up."""
+    out = Path(args.log_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = args.seed or 0
+    for k in range((args.examples + args.chunk - 1) // args.chunk):
+        seed, log = base + k, out / f"seed-{base + k}.jsonl"
+        if log.exists() and any('"summary"' in line for line in log.read_text().splitlines()):
+            continue
+        examples = min(args.chunk, args.examples - k * args.chunk)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--examples", str(examples), "--seed", str(seed),
+               "--max-steps", str(args.max_steps), "--ir-every", str(args.ir_every), "--log", str(log),
+               "--hashes", str(out / f"seed-{seed}.programs")]
+        print(f"chunk {k}: {' '.join(cmd[1:])}", flush=True)
+        subprocess.run(cmd, cwd=ROOT, check=False)
+    return report(out)
+
+
+def report(out: Path) -> int:
+    """The chunks' totals: programs run (a stopped chunk's last progress line counts), distinct
+    programs, outcomes and each distinct failure (its signature, count and shrunk program)."""
+    totals: collections.Counter = collections.Counter()
+    programs = seconds = 0
+    failures: dict[str, dict] = {}
+    hashes: set[str] = set()
+    for log in sorted(Path(out).glob("seed-*.jsonl")):
+        last = None
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if "summary" in entry or "progress" in entry:
+                last = entry.get("summary") or entry["progress"]
+            elif "signature" in entry and "shrunk" in entry:
+                failures.setdefault(entry["signature"], dict(entry, count=0))
+            elif "signature" in entry:
+                failures.setdefault(entry["signature"], {"signature": entry["signature"], "program": entry["failed"],
+                                                         "count": 0})
+                failures[entry["signature"]]["count"] += 1
+        if last:
+            programs += last["programs"]
+            seconds += last["seconds"]
+            totals.update(last["outcomes"])
+        h = log.with_suffix(".programs")
+        if h.exists():
+            hashes.update(h.read_text().split())
+    summary = {"programs": programs, "distinct_programs_in_finished_chunks": len(hashes), "seconds": seconds,
+               "outcomes": dict(totals), "failures": list(failures.values())}
+    print(json.dumps(summary, indent=1))
+    return 1 if failures else 0
+
+
 def mutants(names: list[str]) -> int:
-    from fuzz.mutants import MUTANTS
+    from tests.fuzz.mutants import MUTANTS
     results = {}
     for name in names or list(MUTANTS):
         env = dict(os.environ, STRATEGAX_FUZZ_MUTANT=name, PYTHONPATH=str(ROOT))
@@ -155,9 +221,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--log", default=None, help="append failures and the summary here (JSON lines)")
     ap.add_argument("--mutants", nargs="*", default=None, help="check the suite-budget fuzzer against mutants")
+    ap.add_argument("--hashes", default=None, help="write a hash of each program drawn here")
+    ap.add_argument("--chunk", type=int, default=0, help="run as chunks of this many programs (resumable)")
+    ap.add_argument("--log-dir", default=None, help="with --chunk: each chunk's log goes here")
+    ap.add_argument("--report", default=None, metavar="DIR", help="add up a chunked run's logs")
     args = ap.parse_args(argv)
     if args.mutants is not None:
         return mutants(args.mutants)
+    if args.report:
+        return report(Path(args.report))
+    if args.chunk:
+        if not args.log_dir:
+            ap.error("--chunk needs --log-dir")
+        return chunked(args)
     return campaign(args)
 
 

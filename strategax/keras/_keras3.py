@@ -12,17 +12,27 @@ strategax replica step of that model is being traced):
 - `BaseOptimizer.stateless_apply` and `LossScaleOptimizer.stateless_apply`: the replicas'
   gradients combined before the update (`steps.StepContext.combine_grads`);
 - `Trainer.compute_loss`: records how the compiled losses combine rows (a mean or a sum);
-- `JAXTrainer._update_metrics_variables`: metrics of the whole batch (`update_metrics`).
+- `JAXTrainer._update_metrics_variables`: metrics of the whole batch (`update_metrics`);
+- `BackupAndRestore` and `ModelCheckpoint`'s writes: on a multi-worker job only the chief writes
+  the user's path; the other workers write the same files to a folder of their own, deleted
+  after each save (`_write_as_chief`, as TensorFlow's Keras did): every worker still does
+  what a save reads (the same collectives), and no two processes write one file (HDF5 refuses
+  a file another process holds open).
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import inspect
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
 
 import jax.numpy as jnp
 
 from .. import _context
 from ..input.padding import batch_mask
-from . import custom_loops, steps
+from . import batch_norm, custom_loops, steps
 from .errors import KerasAdapterError, KerasBackendError
 from .functions import Runner
 
@@ -72,9 +82,15 @@ def install() -> None:
     _wrap_stateless_apply(base_optimizer.BaseOptimizer)
     _wrap_stateless_apply(loss_scale_optimizer.LossScaleOptimizer)
     _wrap_scale_loss(loss_scale_optimizer.LossScaleOptimizer)
+    _wrap_scale_loss(base_optimizer.BaseOptimizer, only_global_statistics=True)
     from keras.src.backend.jax import core as jax_core
     custom_loops.wrap_variable(jax_core.JaxVariable)
     custom_loops.wrap_apply(base_optimizer.BaseOptimizer)
+    from keras.src.callbacks import backup_and_restore, model_checkpoint
+    from keras.src.layers.normalization import batch_normalization
+    _wrap_batch_normalization(batch_normalization.BatchNormalization)
+    _wrap_backup_and_restore(backup_and_restore.BackupAndRestore)
+    _wrap_model_checkpoint(model_checkpoint.ModelCheckpoint)
 
 
 # --- which models -------------------------------------------------------------------------
@@ -144,6 +160,110 @@ def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
     return state, batch
 
 
+# --- BatchNormalization(synchronized=True) ---------------------------------------------------
+def _wrap_batch_normalization(cls) -> None:
+    """Keras refuses `synchronized=True` off TensorFlow (its constructor) and its JAX `moments`
+    raises for it; inside a strategax scope the layer is made, and in a strategax replica step
+    its batch statistics are the global batch's (`batch_norm.global_moments`). Outside every
+    strategax scope Keras answers as it does alone."""
+    original_init, original_moments = cls.__init__, cls._moments
+
+    def __init__(self, *args, synchronized=False, **kwargs):
+        if not (synchronized and _context.has_strategy()):
+            return original_init(self, *args, synchronized=synchronized, **kwargs)
+        original_init(self, *args, synchronized=False, **kwargs)
+        self.synchronized = True
+
+    def _moments(self, inputs, mask):
+        if not self.synchronized:
+            return original_moments(self, inputs, mask)
+        replica = batch_norm.replica_context()
+        if replica is None:  # the whole batch is here: the layer's own statistics are the batch's
+            self.synchronized = False
+            try:
+                return original_moments(self, inputs, mask)
+            finally:
+                self.synchronized = True
+        from keras.src import backend
+        ctx = steps.active()
+        if ctx is not None:  # the loss is weighted before the backward (`_wrap_scale_loss`)
+            ctx.global_statistics = True
+        return batch_norm.global_moments(replica, self.name, inputs, mask, list(self._reduction_axes),
+                                         float(backend.epsilon()))
+
+    __init__.__wrapped__ = original_init  # type: ignore[attr-defined]
+    __init__.__signature__ = inspect.signature(original_init)  # type: ignore[attr-defined]  # Keras' auto-config reads it
+    _moments.__wrapped__ = original_moments  # type: ignore[attr-defined]
+    cls.__init__, cls._moments = __init__, _moments
+
+
+# --- callbacks that write files -------------------------------------------------------------
+def _worker_of(model) -> int | None:
+    """This process's worker index when `model` trains on a multi-worker job and this worker is
+    not the chief (worker 0), else None (it writes the user's paths, as Keras alone does)."""
+    runner = runner_of(model) if model is not None else None
+    if runner is None or runner.strategy.extended.should_checkpoint:
+        return None
+    return int(getattr(runner.strategy, "_worker_index", 1))
+
+
+@contextlib.contextmanager
+def _write_as_chief(callback, attrs: tuple[str, ...], root: str) -> Iterator[None]:
+    """On a worker other than the chief: `callback`'s path attributes (under the folder `root`)
+    point into a folder of this worker's own while the block runs, and that folder is deleted
+    after (TensorFlow's Keras wrote a non-chief's checkpoints to a temporary folder and deleted
+    it the same way)."""
+    worker = _worker_of(getattr(callback, "model", None))
+    if worker is None:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix=f"strategax-workertemp_{worker}-")
+    saved = {a: getattr(callback, a) for a in attrs}
+    try:
+        for a, path in saved.items():
+            mine = os.path.join(folder, "files", os.path.relpath(str(path), root))
+            object.__setattr__(callback, a, os.path.normpath(mine))
+        yield
+    finally:
+        for a, path in saved.items():
+            object.__setattr__(callback, a, path)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_BACKUP_PATHS = ("backup_dir", "_weights_path", "_training_metadata_path", "_prev_weights_path",
+                 "_prev_training_metadata_path")
+
+
+def _wrap_backup_and_restore(cls) -> None:
+    """The chief writes the backup (every worker restores from it); only the chief deletes it
+    when `fit` ends."""
+    original_save, original_end = cls._save_model, cls.on_train_end
+
+    def _save_model(self):
+        with _write_as_chief(self, _BACKUP_PATHS, str(self.backup_dir)):
+            return original_save(self)
+
+    def on_train_end(self, logs=None):
+        if _worker_of(self.model) is None:
+            return original_end(self, logs)
+
+    _save_model.__wrapped__ = original_save  # type: ignore[attr-defined]
+    on_train_end.__wrapped__ = original_end  # type: ignore[attr-defined]
+    cls._save_model, cls.on_train_end = _save_model, on_train_end
+
+
+def _wrap_model_checkpoint(cls) -> None:
+    """The chief writes the user's file; another worker the same file in its own folder."""
+    original = cls._save_model
+
+    def _save_model(self, epoch, batch, logs):
+        with _write_as_chief(self, ("filepath",), os.path.dirname(str(self.filepath)) or "."):
+            return original(self, epoch, batch, logs)
+
+    _save_model.__wrapped__ = original  # type: ignore[attr-defined]
+    cls._save_model = _save_model
+
+
 # --- inside a replica step ----------------------------------------------------------------
 def _wrap_compute_loss(cls) -> None:
     original = cls.compute_loss
@@ -208,16 +328,21 @@ def _wrap_stateless_apply(cls) -> None:
     cls.stateless_apply = stateless_apply
 
 
-def _wrap_scale_loss(cls) -> None:
+def _wrap_scale_loss(cls, only_global_statistics: bool = False) -> None:
     """A LossScaleOptimizer's scaled loss in a replica step is also weighted by the replica's
     share of the batch (TensorFlow scales each replica's loss by 1/replicas): the float16
-    backward overflows where one device's does; `combine_grads` then sums the gradients."""
+    backward overflows where one device's does; `combine_grads` then sums the gradients.
+    Any optimizer's (`only_global_statistics`) when the forward all-reduced batch statistics
+    (a synchronized BatchNormalization): the backward of that all-reduce sums every replica's
+    cotangents, so each replica's loss must carry its weight n_i / N before the gradient, not after."""
     original = cls.scale_loss
 
     def scale_loss(self, loss):
         scaled = original(self, loss)
         ctx = steps.active()
         if ctx is None or ctx.kind != "train" or self is not ctx.model.optimizer:
+            return scaled
+        if only_global_statistics and not ctx.global_statistics:
             return scaled
         share = ctx.loss_share()
         return scaled if share is None else scaled * share.astype(scaled.dtype)

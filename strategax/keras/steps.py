@@ -50,6 +50,7 @@ class StepContext:
         self.metrics_out: list | None = None  # the metric state update_metrics returned
         self.apply_depth = 0  # nesting of stateless_apply (a LossScaleOptimizer's inner one)
         self.prescaled = False  # the loss was weighted by this replica's share before the gradient
+        self.global_statistics = False  # the forward all-reduced batch statistics (synchronized BatchNormalization)
         self.data_rows = 1  # the batch's static (padded) row count, set by the step
         count, padded = _context.batch()
         ctx = get_replica_context()

@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Protocol
 
-from ..errors import internal_error, is_named
+from ..errors import InternalError, internal_error, is_named
 from ..ir import Module, VerifyError, print_module, verify
 
 
@@ -117,8 +117,10 @@ def convert_option(pass_name: str, key: str, text: str, kind: type) -> Any:
                           f"not {text!r}")
 
 
-class PassFailure(VerifyError):
-    """The module a pass produced does not verify."""
+class PassFailure(InternalError):
+    """The module a pass produced does not verify: a bug in strategax, so an `sx.InternalError`
+    (API.md) naming the pass, the passes before it, the op and the user's line; the verifier's
+    `VerifyError` is its cause."""
 
 
 class PassOrderError(ValueError):
@@ -177,9 +179,8 @@ class PassManager:
                     verify(module)
                 except VerifyError as e:
                     before = ", ".join(done[:-1]) or "none"
-                    failure = PassFailure(f"after pass {p.name!r} (passes before it: {before}): {e}")
-                    failure.op = e.op
-                    raise failure from None
+                    raise internal_error(e, f"pass {p.name!r} (passes before it: {before})", e.op,
+                                         f"the module it left does not verify: {e}", PassFailure) from e
             if self.snapshots is not None:
                 stage = p.name if p.name not in self.snapshots else f"{p.name}#{done.count(p.name)}"
                 self.snapshots[stage] = print_module(module)

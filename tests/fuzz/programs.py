@@ -2,9 +2,9 @@
 `Program` (replicas, inputs, an optional distributed variable, collective options, a list of
 steps); `run_strategax` builds it through the public API as one `strategy.function` and runs
 it; `run_reference` computes the same program in NumPy, looping over the replicas by hand
-(one-device JAX only for `jax.grad`), from TensorFlow's rules. Each step reads earlier values
-by index and appends one. The reference answers numbers per replica, or NAMED: TensorFlow
-raises here too, and strategax must raise a named error.
+(each local step written again in NumPy, `jax.grad` as its derivative), from TensorFlow's
+rules. Each step reads earlier values by index and appends one. The reference answers numbers
+per replica, or NAMED: TensorFlow raises here too, and strategax must raise a named error.
 
 A test (or tools/fuzz.py) calls `check(program)`: the same numbers, or both raise a named
 error; strategax may also refuse a program the reference computes with a named error (a
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, strategies as st
 from jax import lax
 
 import strategax as sx
@@ -33,6 +34,8 @@ def weight(k: int) -> np.ndarray:
     return ((np.arange(k * k, dtype=np.float32).reshape(k, k) - 4.0) / 8.0 % 1.5 - 0.75).astype(np.float32)
 
 
+# fuzzing is slow by design (iterating HealthCheck leaves out the deprecated checks)
+ALL_HEALTH_CHECKS = cast("list[HealthCheck]", list(HealthCheck))
 NAMED = "named error"  # the reference's answer where TensorFlow raises
 SYNCS = ("on_write", "on_read")
 AGGS = ("none", "sum", "mean", "only_first_replica")
@@ -150,8 +153,8 @@ LOCAL = UNARY + BINARY + SHAPE + ("cond", "scan", "while", "grad")
 
 
 def _local(kind: str, a, b):
-    """A step that computes on this replica alone (jnp; run by strategax as traced, by the
-    reference eagerly on one device, replica by replica)."""
+    """A step that computes on this replica alone, as strategax traces it (the reference's is
+    `_local_np`)."""
     if kind in UNARY:
         return {"sin": jnp.sin, "tanh": jnp.tanh, "neg": jnp.negative, "square": jnp.square}[kind](a)
     if kind in BINARY:
@@ -209,7 +212,7 @@ def _sx_step(step, vals, ctx, p: Program, strategy, var):
         out = ctx.merge_call(lambda s, u, v: s.extended.batch_reduce_to(op, [(u, u), (v, v)], options=opts),
                              args=(a, b))
         return out[0] + out[1]
-    assert kind == "var_update" and var is not None
+    assert kind == "var_update" and var is not None and p.var is not None
     getattr(var, p.var[2])(_var_delta(a))
     return var.read_value()
 
@@ -293,7 +296,7 @@ def _reduce(a: list, op: str) -> list:
 class _RefVar:
     sync: str
     agg: str
-    copies: list = field(default_factory=list)
+    copies: list | _Poison = field(default_factory=list)  # each replica's copy, or why TF cannot read it
 
 
 class _Poison:
@@ -308,6 +311,49 @@ def _padded(shapes: list) -> tuple:
     return tuple(max(d) for d in zip(*shapes)) if shapes and shapes[0] else ()
 
 
+def _local_np(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`_local`'s step in NumPy (float32), written from each jnp function's documented meaning:
+    the reference shares no code with what strategax traces (and costs no XLA compile)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the mean of no entries is NaN, as in JAX
+        return np.asarray(_local_np_raw(kind, np.asarray(a, np.float32), np.asarray(b, np.float32)), np.float32)
+
+
+def _local_np_raw(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if kind in UNARY:
+        return {"sin": np.sin, "tanh": np.tanh, "neg": np.negative, "square": np.square}[kind](a)
+    if kind in BINARY:
+        return {"add": np.add, "mul": np.multiply, "sub": np.subtract, "max": np.maximum}[kind](a, b)
+    if kind in ("sum0", "sum_last"):
+        return np.sum(a, axis=0 if kind == "sum0" else -1) if a.ndim else a
+    if kind == "mean_all":
+        return np.asarray(np.mean(a))
+    if kind == "dot":
+        return a @ weight(a.shape[-1]) if a.ndim else a * np.float32(2.0)
+    if kind == "flatten":
+        return a.reshape(-1)
+    if kind == "slice":
+        return a[..., :max(1, a.shape[-1] - 1)] if a.ndim else a
+    if kind == "reverse":
+        return a[..., ::-1] if a.ndim else a
+    if kind == "take":  # jnp.take fills an index out of bounds (any index of an empty axis) with NaN
+        if not a.ndim:
+            return a
+        if a.shape[-1] == 0:
+            return np.full(a.shape[:-1] + (3,), np.nan, np.float32)
+        return np.take(a, [0, a.shape[-1] - 1, 0], axis=-1)
+    if kind == "cond":
+        return np.sin(a) if np.sum(a) > 0 else np.cos(a)
+    if kind == "scan":  # each output row is the running sum of the rows so far
+        return np.cumsum(a, axis=0, dtype=np.float32) if a.ndim else a
+    if kind == "while":  # three turns of c * 0.5 + 1
+        for _ in range(3):
+            a = a * np.float32(0.5) + np.float32(1.0)
+        return a
+    assert kind == "grad", kind  # d/dv sum(sin(v) * v) = cos(v) * v + sin(v)
+    return np.cos(a) * a + np.sin(a)
+
+
 def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None):
     """(each replica's value, its traced shape) of one step; `shapes` are the earlier values'."""
     kind, i, k = step
@@ -320,11 +366,9 @@ def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None):
         b, shape_b = a, shape_a  # not read
     if isinstance(a, _Poison) or isinstance(b, _Poison):
         return (a if isinstance(a, _Poison) else b), shape_a
-    if kind in LOCAL:
-        with jax.default_device(jax.devices("cpu")[0]):  # one device, eagerly, replica by replica
-            out = [np.asarray(_local(kind, jnp.asarray(u), jnp.asarray(v))) for u, v in zip(a, b)]
-            traced = jax.eval_shape(lambda u, v: _local(kind, u, v), jax.ShapeDtypeStruct(shape_a, np.float32),
-                                    jax.ShapeDtypeStruct(shape_b, np.float32)).shape
+    if kind in LOCAL:  # NumPy, replica by replica; the traced shape from the padded shapes
+        out = [_local_np(kind, u, v) for u, v in zip(a, b)]
+        traced = _local_np(kind, np.zeros(shape_a, np.float32), np.zeros(shape_b, np.float32)).shape
         return out, traced
     if kind == "grad_all_reduce":  # d/dv sum(all_reduce(SUM, v*v)): all_reduce(SUM) of the cotangent
         if not _rows_of(a):
@@ -471,7 +515,8 @@ def check(p: Program) -> str:
         np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=f"replica {r}")
     for what, g, w in (("the variable read after the run", gr, wr), (f"strategy.{p.post}", gp, wp)):
         if w is not None:
-            assert g is not None and np.shape(g) == np.shape(w), f"{what}: shape {np.shape(g)} != {np.shape(w)}"
+            assert g is not None, f"{what}: strategax returned nothing"
+            assert np.shape(g) == np.shape(w), f"{what}: shape {np.shape(g)} != {np.shape(w)}"
             scale = 1.0 + float(np.max(np.abs(np.nan_to_num(w)), initial=0.0)) if tol["scaled"] else 1.0
             np.testing.assert_allclose(g, w, rtol=tol["rtol"], atol=tol["atol"] * scale, err_msg=what)
     return "ok"

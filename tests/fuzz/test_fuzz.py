@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import Phase, given, settings, strategies as st
 
 from .ir_modules import check_ir
-from .programs import Program, check, programs
+from .programs import ALL_HEALTH_CHECKS, Program, check, programs
 from .regressions import REGRESSIONS
 
 PROGRAMS = int(os.environ.get("STRATEGAX_FUZZ_PROGRAMS", "24"))
@@ -21,7 +21,7 @@ IR_MODULES = int(os.environ.get("STRATEGAX_FUZZ_IR", "10"))
 def budget(examples: int) -> settings:
     # against a mutant (tools/fuzz.py --mutants) only whether it is caught counts: no shrinking
     phases = [Phase.explicit, Phase.generate] if os.environ.get("STRATEGAX_FUZZ_MUTANT") else list(Phase)
-    return settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+    return settings(max_examples=examples, deadline=None, derandomize=True, suppress_health_check=ALL_HEALTH_CHECKS,
                     phases=phases)
 
 
