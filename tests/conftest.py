@@ -179,11 +179,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "no_round_trip: skip the automatic IR round-trip check")
 
 
-# The slowest files (worker processes, Ray, flax models: measured), handed to pytest-xdist's
-# workers first so the run ends on short files; the order changes only the time.
-SLOW_FIRST = ("test_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
+# The slowest files (10 s or more of wall time on two quiet xdist workers), handed to pytest-xdist's
+# workers before the others so the run ends on short files and neither worker waits long for the
+# other at the end: those that start worker processes first (they run beside the Ray files, on the
+# other xdist worker), then the flax and Keras models, sharded optimizers and the rest, longest
+# first. tests/test_schedule.py checks each name is a test file. The order changes only the time.
+SLOW_FIRST = ("test_multi_worker.py", "test_keras_multi_worker.py", "test_flax_layers.py", "test_preemption.py",
               "test_multi_worker_hung.py", "test_multi_worker_faults.py", "test_multi_worker_safety.py",
-              "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_fuse_collectives.py")
+              "test_multi_worker_checkpoint.py", "test_custom_training_example.py", "test_sharded_optimizer.py",
+              "test_keras_fit.py", "test_keras_batch_norm.py", "test_keras_callbacks.py", "test_keras_inputs.py",
+              "test_sharded_optimizer_state.py", "test_keras_tutorial.py", "test_keras_custom_loop.py",
+              "test_variables_tf.py", "test_docs_porting.py", "test_compilation_cache.py", "test_strategax_opt.py",
+              "test_padding_analysis.py", "test_ragged_shapes.py", "test_fuse_collectives.py", "test_tf_semantics.py",
+              "test_random_and_pooling.py", "test_padding_regions.py", "test_input.py", "test_logical_devices.py")
 
 
 # Session fixtures whose files go to one xdist worker together: the Ray cluster (one per run), and

@@ -165,3 +165,30 @@ def test_a_gap_inside_the_function_raises_for_a_partial_batch_taken_by_next():
         step(iterator)
     with pytest.raises(sx.DistributionValueError, match="partial"):
         step(iterator)  # the partial batch was put back: the same call fails the same way
+
+
+def test_a_divisor_the_pass_cannot_evaluate_in_a_loop_is_never_guessed():
+    # Intent: inside `for x in dataset` a row sum divided by a loop carry (made from constants,
+    # a different number each step) may or may not be the padded row count: full batches give
+    # plain JAX's numbers, a loop meeting the partial batch raises naming the division's line.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    x = np.arange(21, dtype=np.float32)
+
+    def replica(v, s):
+        return jnp.sum(v) / s
+    line = here() - 1
+
+    @strategy.function
+    def epoch(dataset):
+        total, scale = jnp.zeros(()), jnp.ones(())
+        for b in dataset:
+            total += strategy.reduce("SUM", strategy.run(replica, args=(b, scale)), axis=None)
+            scale = scale * 2.0
+        return total
+
+    full = strategy.experimental_distribute_dataset([x[:8], x[8:16]])
+    np.testing.assert_allclose(float(epoch(full)), np.sum(x[:8]) + np.sum(x[8:16]) / 2, rtol=1e-6)
+    partial = strategy.experimental_distribute_dataset([x[:8], x[8:16], x[16:]])
+    with pytest.raises(sx.DistributionValueError, match="cannot evaluate") as err:
+        epoch(partial)
+    assert_names_this_line(err, line)

@@ -8,7 +8,7 @@ What holds, eagerly and inside compiled functions (each against TensorFlow's rec
 mode): `gather` and `all_gather` along the differing axis concatenate the real extents,
 `reduce(op, v, axis=k)`, `experimental_local_results` and replica functions give TensorFlow's
 values (a compiled program takes such values padded to the largest extent, with the real
-extents as inputs: trace/extents.py, passes/mask_padding.py), and where TensorFlow refuses
+extents as inputs: trace/extents.py, passes/mask_padding/), and where TensorFlow refuses
 (pieces that do not line up) strategax raises a named error naming the user's line."""
 import json
 import pathlib

@@ -239,6 +239,31 @@ def _scan_add_const(op: Operation, value: Value) -> None:
     op.attrs = attrs
 
 
+def _cond_invariants(op: Operation) -> list[Flow]:
+    return [(x, a, 0) for branch in op.regions for x, a in zip(_cond_operands(op).operands, branch.args)]
+
+
+def _while_invariants(op: Operation) -> list[Flow]:
+    g, (cond, body) = _while_operands(op), op.regions
+    cn, bn = len(g.cond_consts), len(g.body_consts)
+    pairs: list[Flow] = [(x, a, 0) for x, a in zip(g.cond_consts, cond.args)]
+    pairs += [(x, a, 0) for x, a in zip(g.body_consts, body.args)]
+    for j, x in enumerate(g.carry):
+        if body.results[j] is body.args[bn + j]:  # a carry the body yields back unchanged
+            pairs += [(x, cond.args[cn + j], 0), (x, body.args[bn + j], 0), (x, op.results[j], 0)]
+    return pairs
+
+
+def _scan_invariants(op: Operation) -> list[Flow]:
+    g, body = _scan_operands(op), op.regions[0]
+    nc = len(g.consts)
+    pairs: list[Flow] = [(x, a, 0) for x, a in zip(g.consts, body.args)]
+    for j, x in enumerate(g.carry):
+        if body.results[j] is body.args[nc + j]:
+            pairs += [(x, body.args[nc + j], 0), (x, op.results[j], 0)]
+    return pairs
+
+
 @dataclass(frozen=True)
 class RegionOpFacts:
     """What the analyses and rewrites ask of one region op, in one record per op."""
@@ -247,16 +272,17 @@ class RegionOpFacts:
     predicate: Callable[[Operation], tuple[Value, str] | None]  # see branch_predicate
     scanned: Callable[[Operation], list[tuple[Value, int]]]  # see scanned_axes
     add_const: Callable[[Operation, Value], None]  # the operand of a new region constant
+    invariants: Callable[[Operation], list[Flow]]  # see invariant_flows
 
 
 REGION_OPS: dict[str, RegionOpFacts] = {
     "jax.cond": RegionOpFacts(
         _cond_flows, lambda op: (_cond_operands(op).index[0], "a lax.cond/switch whose branch index"),
-        lambda op: [], _cond_add_const),
+        lambda op: [], _cond_add_const, _cond_invariants),
     "jax.while": RegionOpFacts(
         _while_flows, lambda op: (op.regions[0].results[0], "a lax.while_loop whose condition"),
-        lambda op: [], _while_add_const),
-    "jax.scan": RegionOpFacts(_scan_flows, lambda op: None, _scan_axes, _scan_add_const),
+        lambda op: [], _while_add_const, _while_invariants),
+    "jax.scan": RegionOpFacts(_scan_flows, lambda op: None, _scan_axes, _scan_add_const, _scan_invariants),
 }
 
 
@@ -267,6 +293,16 @@ def region_flows(op: Operation) -> list[Flow]:
     outer one (shift 1 for a scan's xs and ys, whose leading axis is the scanned one)."""
     facts = REGION_OPS.get(op.name)
     return facts.flows(op) if facts is not None else []
+
+
+def invariant_flows(op: Operation) -> list[Flow]:
+    """The region arguments (and results) of `op` that hold one outer value in every branch and
+    on every iteration, as (outer value, region argument or result, 0): a cond's operands, a
+    loop's constants, a loop carry its body yields back unchanged. What an analysis may fold
+    through a region (a loop-body constant is the enclosing block's value); a carry the body
+    changes is not one."""
+    facts = REGION_OPS.get(op.name)
+    return facts.invariants(op) if facts is not None else []
 
 
 def branch_predicate(op: Operation) -> tuple[Value, str] | None:

@@ -3,7 +3,7 @@ replica's real row count, passed to the compiled program as a hidden input (see
 `trace.distributed_values.PerReplicaBatch`). While a program is traced the count is visible
 through `strategax._context.batch()`; the helpers here use it to tell per-example values
 (`is_per_example`: its local results can only be returned) and to mask rows in the user's
-code (`sx.nn.batch_mask`). The `mask-padding` pass (`passes/mask_padding.py`) keeps padded
+code (`sx.nn.batch_mask`). The `mask-padding` pass (`passes/mask_padding/`) keeps padded
 rows out of everything the program combines, and the call cuts them from what it hands back.
 """
 from __future__ import annotations

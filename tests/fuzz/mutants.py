@@ -50,11 +50,11 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "strategax.passes.canonicalize", '"jax.add": _neutral(0, (0, 1)),', '"jax.add": _neutral(1, (0, 1)),',
         "canonicalize: x + 1 folded to x"),
     "mask-dropped": (
-        "strategax.passes.mask_padding", 'self.rw.set_operand(op, k, self.new(op, "sx.mask_rows"',
+        "strategax.passes.mask_padding.masker", 'self.rw.set_operand(op, k, self.new(op, "sx.mask_rows"',
         '(lambda *_: None)(op, k, self.new(op, "sx.mask_rows"',
         "mask-padding: the mask of a padded row reduction dropped"),
     "real-divisor-dropped": (
-        "strategax.passes.mask_padding", "self.real_divisor(op, d, total, count, padded, None)", "pass",
+        "strategax.passes.mask_padding.masker", "self.real_divisor(op, d, total, count, padded, None)", "pass",
         "mask-padding: a mean over padded rows divides by the padded count"),
 }
 
