@@ -22,10 +22,10 @@ BATCH = 64
 TOL = 1e-5
 
 
-def _model():
+def _model(steps_per_execution=1):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
+    model.compile(optimizer=keras.optimizers.SGD(0.1), steps_per_execution=steps_per_execution,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     return model
 
@@ -69,13 +69,18 @@ def distributed(request):
     return model
 
 
-@pytest.mark.parametrize("n", SIZES)
-def test_fit_evaluate_predict_equal_one_device(reference, distributed, n):
-    # Intent: every batch, partial ones included, gives one device's numbers (API.md, Deliberate differences).
-    initial, ref = reference
-    _reset(distributed, initial)
-    history, weights, evaluated, predicted = _run(distributed, n)
-    ref_history, ref_weights, ref_evaluated, ref_predicted = ref[n]
+@pytest.fixture(scope="module", params=[2, 8], ids=["2-replicas", "8-replicas"])
+def distributed_loop(request):
+    """The model with steps_per_execution=4: fit's and evaluate's steps in one on-device loop."""
+    strategy = sx.MirroredStrategy([f"CPU:{i}" for i in range(request.param)])
+    with strategy.scope():
+        model = _model(steps_per_execution=4)
+    return model
+
+
+def _check(got, ref, n) -> None:
+    history, weights, evaluated, predicted = got
+    ref_history, ref_weights, ref_evaluated, ref_predicted = ref
     for key in ("loss", "accuracy"):
         np.testing.assert_allclose(history[key], ref_history[key], rtol=TOL, atol=TOL, err_msg=key)
     for w, r in zip(weights, ref_weights):
@@ -83,6 +88,28 @@ def test_fit_evaluate_predict_equal_one_device(reference, distributed, n):
     np.testing.assert_allclose(evaluated, ref_evaluated, rtol=TOL, atol=TOL)
     assert predicted.shape == (n, 3)
     np.testing.assert_allclose(predicted, ref_predicted, rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_fit_evaluate_predict_equal_one_device(reference, distributed, n):
+    # Intent: every batch, partial ones included, gives one device's numbers (API.md, Deliberate differences).
+    initial, ref = reference
+    _reset(distributed, initial)
+    _check(_run(distributed, n), ref[n], n)
+
+
+@pytest.mark.parametrize("n", [105, 1025])
+def test_steps_per_execution_loop_equals_one_device(reference, distributed_loop, n):
+    # Intent: steps_per_execution=4 runs fit's and evaluate's steps as one on-device loop per
+    # call (105 rows: one call of 2 batches, the last partial; 1025: calls of 4, 4, 4, 4 and 1
+    # batches, the last of one row) with one device's numbers.
+    initial, ref = reference
+    _reset(distributed_loop, initial)
+    _check(_run(distributed_loop, n), ref[n], n)
+    x, y = _data(BATCH)
+    for kind, function in (("train", sx.keras.train_function), ("test", sx.keras.test_function)):
+        ir = function(distributed_loop).ir(*sx.keras.step_arguments(distributed_loop, x, y, kind=kind))
+        assert ir.count("jax.while") == 1, kind  # the 4 steps: one loop, the step in it once
 
 
 def test_model_outside_any_scope_is_untouched(reference):

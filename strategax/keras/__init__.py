@@ -36,14 +36,15 @@ def _runner(model, what: str):
 
 
 def train_function(model) -> Any:
-    """The `strategy.function` that runs one train step of `model` (a model compiled inside a
-    strategax scope): call `.ir(...)`, `.stats(...)`, `.report(...)` on it with the arguments
-    `fit` passes (`step_arguments(model, x, y)`), or set STRATEGAX_DUMP_TO before `fit`."""
+    """The `strategy.function` that runs `model`'s train steps (a model compiled inside a
+    strategax scope): one step, or with `steps_per_execution=N > 1` one on-device loop of N;
+    call `.ir(...)`, `.stats(...)`, `.report(...)` on it with the arguments `fit` passes
+    (`step_arguments(model, x, y)`), or set STRATEGAX_DUMP_TO before `fit`."""
     return _runner(model, "sx.keras.train_function").function("train")
 
 
 def test_function(model) -> Any:
-    """The `strategy.function` of one evaluate step of `model` (see `train_function`)."""
+    """The `strategy.function` of `model`'s evaluate steps (see `train_function`)."""
     return _runner(model, "sx.keras.test_function").function("test")
 
 

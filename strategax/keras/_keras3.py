@@ -142,7 +142,8 @@ def _wrap_make_function(cls, kind: str) -> None:
 def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
     """(state, batch) as `fit`/`evaluate`/`predict` hand one step of `kind` to its strategax
     function: the model's state tuple (Keras' `_get_jax_state`) and the batch split across the
-    replicas. Builds the model, its metrics and its optimizer first, as `fit` does."""
+    replicas (with `steps_per_execution` > 1, a distributed iterator of that one batch). Builds
+    the model, its metrics and its optimizer first, as `fit` does."""
     from keras.src.trainers.data_adapters import data_adapter_utils
 
     runner = runner_of(model)
@@ -156,6 +157,8 @@ def step_arguments(model, kind: str, x, y=None, sample_weight=None) -> tuple:
              "test": dict(trainable_variables=True, non_trainable_variables=True, metrics_variables=True),
              "predict": dict(trainable_variables=True, non_trainable_variables=True)}[kind]
     state = model._get_jax_state(**parts)
+    if runner.steps(kind) > 1:  # the loop's function takes an iterator (here: of this one batch)
+        return state, runner.batches(iter([data]))
     batch = runner.next_batch(iter([data]))
     return state, batch
 

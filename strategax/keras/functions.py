@@ -4,10 +4,15 @@ steps, `(logs, state)` back), built from strategax functions of its replica step
 
 Each step takes the next global batch from Keras' iterator, splits it across the replicas as
 `experimental_distribute_dataset` does (padded per-replica batches, each replica's real row
-count a hidden input, so full and partial batches share one program), and runs one
-`strategy.function` whose body is `strategy.run` of Keras' own step (`steps.py`). State comes
-back as `Mirrored` values (Keras keeps them between steps, and `jax_state_sync` reads them
-into the model's variables); a result that differs across replicas raises."""
+count a hidden input; a batch that fills every replica is handed over without them, so its
+program has no padded-row masks: `full_batch`), and runs one
+`strategy.function` whose body is `strategy.run` of Keras' own step (`steps.py`). With
+`steps_per_execution=N > 1`, fit's and evaluate's function is one program of N steps: an
+`sx.range(N)` loop taking `next(iterator)` of the distributed iterator in its body (one
+on-device loop; the last call of an epoch runs the batches left, fewer than N, the loop's step
+count being an input). State comes back as `Mirrored` values (Keras keeps them between steps,
+and `jax_state_sync` reads them into the model's variables); a result that differs across
+replicas raises."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -15,8 +20,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from ..errors import OutOfRangeError
 from ..input import InputOptions
 from ..trace import Mirrored, PerReplica
+from ..trace import range as sx_range
 from ..trace.distributed_values import PerReplicaBatch, is_distributed
 from .errors import KerasAdapterError
 
@@ -34,13 +41,23 @@ class Runner:
     def __init__(self, model, strategy, replica_steps):
         self.model, self.strategy = model, strategy
         self.replica_steps = replica_steps  # kind -> fn(model, state, data) -> outputs (steps.py / _keras3.py)
-        self.functions: dict[str, Any] = {}
+        self.functions: dict[tuple[str, int], Any] = {}  # (kind, steps per call) -> strategy.function
         self._source: tuple[Any, Any] | None = None  # (Keras iterator, its distributed iterator)
 
     # --- the strategax functions ---------------------------------------------------------
+    def steps(self, kind: str) -> int:
+        """How many steps one call of `kind`'s function runs: the model's `steps_per_execution`
+        for fit and evaluate (an on-device loop), 1 for predict (see `make`)."""
+        if kind == "predict":
+            return 1
+        return max(1, int(getattr(self.model, "steps_per_execution", 1) or 1))
+
     def function(self, kind: str):
-        """The `strategy.function` of one `kind` step ("train", "test", "predict")."""
-        f = self.functions.get(kind)
+        """The `strategy.function` fit ("train"), evaluate ("test") or predict ("predict") calls:
+        `f(state, batch)` for one step, or `f(state, iterator)`, an `sx.range` loop of
+        `steps(kind)` steps, each taking `next(iterator)`."""
+        n = self.steps(kind)
+        f = self.functions.get((kind, n))
         if f is None:
             replica_fn = self.replica_steps[kind]
             model, strategy = self.model, self.strategy
@@ -48,24 +65,46 @@ class Runner:
             def step(state, batch):
                 return strategy.run(replica_fn, args=(model, state, batch))
 
-            step.__name__ = step.__qualname__ = f"keras_{kind}_step"
-            f = self.functions[kind] = strategy.function(step, name=f"{model.name}_{kind}_step")
+            def loop(state, iterator):
+                for _ in sx_range(n):
+                    logs, state = strategy.run(replica_fn, args=(model, state, next(iterator)))
+                return logs, state  # the last step's (the loop runs at least once)
+
+            fn = step if n == 1 else loop
+            fn.__name__ = fn.__qualname__ = f"keras_{kind}_step" if n == 1 else f"keras_{kind}_{n}_steps"
+            f = self.functions[(kind, n)] = strategy.function(fn, name=f"{model.name}_{fn.__name__[6:]}")
         return f
 
     # --- batches -------------------------------------------------------------------------
-    def next_batch(self, iterator) -> Any:
-        """The next global batch of Keras' `iterator`, split across the replicas (StopIteration
-        at its end, as Keras' step functions raise)."""
+    def batches(self, iterator) -> Any:
+        """Keras' `iterator` of global batches as a distributed iterator (one per Keras iterator:
+        the batches it has read are not read again)."""
         if self._source is None or self._source[0] is not iterator:
             dist = self.strategy.experimental_distribute_dataset(_one_shot(iterator), _NO_PREFETCH)
             self._source = (iterator, iter(dist))
-        return full_batch(next(self._source[1]))
+        return self._source[1]
+
+    def next_batch(self, iterator) -> Any:
+        """The next global batch of Keras' `iterator`, split across the replicas (StopIteration
+        at its end, as Keras' step functions raise); a full one without its row counts
+        (`full_batch`)."""
+        return full_batch(next(self.batches(iterator)))
 
     # --- what Keras calls ----------------------------------------------------------------
     def make(self, kind: str) -> Callable:
         """Keras' `train_function`/`test_function`/`predict_function` for `kind`."""
         f = self.function(kind)
         model = self.model
+
+        def keras_loop(state, iterator):
+            try:
+                logs, state = f(state, self.batches(iterator))
+            except OutOfRangeError:  # no batch left: Keras' epoch ends
+                raise StopIteration from None
+            return _mirrored(logs, f"{kind} step's logs"), _mirrored(state, f"{kind} step's state")
+
+        if self.steps(kind) > 1:
+            return keras_loop
 
         def keras_function(state, iterator):
             outputs = []
