@@ -74,3 +74,52 @@ def test_reductions_of_a_value_read_back_after_a_mean_variable_update():
     rec = RECORDED["mean_variable_then_reduced_r4"]["result"]
     assert_tree(got, rec["result"])
     assert_tree(v.read_value(), rec["variable"])
+
+
+def _dot_cases(strategy):
+    """The contractions of record_trust.py's dot_along_padded_axis, as the user writes them in
+    JAX (a fixed matrix is a constant of the traced, padded width), and the values they take."""
+    wide = per_replica(strategy, lambda r: np.ones((2, 3 - r), np.float32))
+    data = sx.data.Dataset.from_tensor_slices(np.arange(21, dtype=np.float32).reshape(7, 3)).batch(4)
+    *_, last = iter(strategy.experimental_distribute_dataset(data))  # rows 2 and 1
+    w = jnp.asarray(np.arange(9, dtype=np.float32).reshape(3, 3) / 8.0)
+    w2 = jnp.asarray([[1.0, 2.0], [3.0, 4.0]])
+    return {
+        "wide_x_at_fixed_w": (wide, lambda x: x @ w),
+        "wide_x_at_x_t": (wide, lambda x: x @ x.T),
+        "wide_ones_at_x_t": (wide, lambda x: x @ jnp.ones(x.shape[-1])),
+        "rows_sums_at_fixed_w2": (last, lambda x: jnp.sum(x, -1) @ w2),
+        "rows_x_t_at_x": (last, lambda x: x.T @ x),
+        "rows_einsum_fixed_w2": (last, lambda x: jnp.einsum("rk,rc->kc", w2, x)),
+        "rows_ones_at_x": (last, lambda x: jnp.ones(x.shape[0]) @ x),
+    }
+
+
+def test_contraction_along_a_padded_axis_answers_as_tensorflow_or_raises_naming_the_line():
+    # The fuzzer's open question (docs/testing.md): a dot contracting an axis whose real extent
+    # differs across replicas (per-replica values of different widths, a partial batch's rows).
+    # With the other operand of a fixed size (a constant matrix) TensorFlow raises where a
+    # replica's extent is smaller, and strategax, which pads to the largest, cannot give its
+    # answer: it must raise at trace time naming the user's line and the fix, not contract the
+    # padding. With both operands from the replica's own value (x^T x, ones of its shape) the
+    # masked contraction is TensorFlow's answer.
+    strategy = mirrored(2)
+    rec = RECORDED["dot_along_padded_axis_r2"]["result"]
+    assert rec["local_shapes"] == {"wide": [[2, 3], [2, 2]], "rows": [[2, 3], [1, 3]]}
+    for name, (value, body) in _dot_cases(strategy).items():
+        want = rec[name]
+        step = strategy.function(lambda x, body=body: strategy.run(body, args=(x,)))
+        if "error" in want:
+            tf_said = want["message"] + want.get("message_tail", "")
+            assert want["error"] == "ValueError" and "Dimensions must be" in tf_said, want
+            try:
+                step(value)
+            except sx.DistributionValueError as e:
+                text = str(e)
+                assert e.file.endswith("test_fuzz_regressions.py") and e.line == body.__code__.co_firstlineno, text
+                assert "meets a constant" in text and "fix: " in text, text
+                assert "jnp.ones(x.shape[0])" in text, text
+            else:
+                raise AssertionError(f"{name}: TensorFlow raises, strategax answered")
+        else:
+            assert_tree(step(value), want)

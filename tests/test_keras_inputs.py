@@ -1,10 +1,11 @@
 """The inputs Keras' `fit`/`evaluate`/`predict` take (issue 34, item 3), read by a model compiled
 in a strategax scope: a `keras.utils.PyDataset` (a partial last batch, `workers` and
 `use_multiprocessing` left default), a Python generator with `steps_per_epoch`, NumPy arrays with
-`validation_split`, `validation_data` (arrays and an `sx.data.Dataset`) and `shuffle=True` under
-a fixed seed. Reference: Keras alone on one device (a model built outside any scope) on the same
-inputs, from the same weights (101 rows in batches of 16: a last batch of 5, uneven on 2 and 8
-replicas). `sx.data.Dataset` and `experimental_distribute_dataset`: tests/test_keras_datasets.py."""
+`validation_split`, `validation_data` (arrays and an `sx.data.Dataset`), `shuffle=True` under a
+fixed seed, `sample_weight`, and a distributed dataset from `distribute_datasets_from_function`. Reference: Keras
+alone on one device (a model built outside any scope) on the same inputs and global batches, from
+the same weights (101 rows in batches of 16: a last batch of 5, uneven on 2 and 8 replicas).
+`sx.data.Dataset` and `experimental_distribute_dataset`: tests/test_keras_datasets.py."""
 import os
 
 import numpy as np
@@ -15,6 +16,7 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 
 import strategax as sx  # noqa: E402
+from conftest import assert_names_this_line, here  # noqa: E402
 from strategax.keras._keras3 import runner_of  # noqa: E402
 from test_keras_callbacks import INIT, X, Y  # noqa: E402
 
@@ -90,8 +92,31 @@ def shuffled(model):
     return history, None, model.predict(X, batch_size=BATCH, verbose=0)
 
 
+def sample_weights(model):
+    w = np.linspace(0.1, 2.0, len(X)).astype(np.float32)
+    history = model.fit(X, Y, sample_weight=w, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history
+    return history, model.evaluate(X, Y, sample_weight=w, batch_size=BATCH, verbose=0), None
+
+
+def from_function(model):
+    # each replica's batches from dataset_fn (per-replica batch size 16 / N); Keras alone: the
+    # same global batches as arrays
+    runner = runner_of(model)
+    if runner is None:
+        return (model.fit(X, Y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0).history,
+                model.evaluate(X, Y, batch_size=BATCH, verbose=0), model.predict(X, batch_size=BATCH, verbose=0))
+    strategy = runner.strategy
+
+    def dataset_fn(ctx):
+        return sx.data.Dataset.from_tensor_slices((X, Y)).batch(ctx.get_per_replica_batch_size(BATCH))
+
+    data = strategy.distribute_datasets_from_function(dataset_fn)
+    return model.fit(data, epochs=2, verbose=0).history, model.evaluate(data, verbose=0), model.predict(data, verbose=0)
+
+
 KINDS = {"py_dataset": py_dataset, "generator": generator, "validation_split": validation_split,
-         "validation_data": validation_data, "shuffle": shuffled}
+         "validation_data": validation_data, "shuffle": shuffled, "sample_weight": sample_weights,
+         "from_function": from_function}
 
 
 def reset(model):
@@ -135,3 +160,25 @@ def test_input_kind_trains_evaluates_and_predicts_as_keras_alone(reference, dist
     if ref_predicted is not None:
         assert np.shape(predicted) == (len(X), 1)
         np.testing.assert_allclose(predicted, ref_predicted, rtol=TOL, atol=TOL)
+
+
+def test_from_function_datasets_keras_cannot_read_as_global_batches_raise_naming_the_fit_line(monkeypatch):
+    # Intent: replicas' batches of different widths make no global batch, and a multi-worker
+    # pipeline holds only its own replicas' rows: each raises at the user's fit line with the fix,
+    # rather than training on a batch strategax cannot prove right.
+    strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    with strategy.scope():
+        model = build()
+    ragged = strategy.distribute_datasets_from_function(lambda ctx: [(X[:8], Y[:8]), (X[8:16, :5], Y[8:16])])
+    line = here() + 2
+    with pytest.raises(sx.DistributionValueError, match="differ in shape beyond the batch axis") as err:
+        model.fit(ragged, epochs=1, verbose=0)
+    assert_names_this_line(err, line)
+    monkeypatch.setattr(strategy, "_input_pipeline", lambda: (2, 0), raising=False)  # as on worker 0 of 2
+    data = strategy.distribute_datasets_from_function(
+        lambda ctx: sx.data.Dataset.from_tensor_slices((X, Y)).batch(ctx.get_per_replica_batch_size(BATCH)))
+    line = here() + 2
+    with pytest.raises(sx.DistributionValueError, match="multi-worker strategy") as err:
+        model.fit(data, epochs=1, verbose=0)
+    assert_names_this_line(err, line)
+    assert "experimental_distribute_dataset" in str(err.value)

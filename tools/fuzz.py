@@ -176,8 +176,9 @@ def report(out: Path) -> int:
             entry = json.loads(line)
             if "summary" in entry or "progress" in entry:
                 last = entry.get("summary") or entry["progress"]
-            elif "signature" in entry and "shrunk" in entry:
-                failures.setdefault(entry["signature"], dict(entry, count=0))
+            elif "signature" in entry and "shrunk" in entry:  # the first of its kind, shrunk
+                known = failures.setdefault(entry["signature"], dict(entry, count=0))
+                known.setdefault("shrunk", entry["shrunk"])
             elif "signature" in entry:
                 failures.setdefault(entry["signature"], {"signature": entry["signature"], "program": entry["failed"],
                                                          "count": 0})
@@ -185,7 +186,8 @@ def report(out: Path) -> int:
         if last:
             programs += last["programs"]
             seconds += last["seconds"]
-            totals.update(last["outcomes"])
+            for k, v in last["outcomes"].items():  # one kind per message, whatever the variable is called
+                totals[re.sub(r"@\w+", "@V", k)[:100]] += v
         h = log.with_suffix(".programs")
         if h.exists():
             hashes.update(h.read_text().split())

@@ -31,4 +31,41 @@ REGRESSIONS: list[Program] = [
     # the summed gather alone (the other one dead): an all_reduce SUM of the local sums
     Program(n=2, inputs="per_replica", rows=(), steps=(("all_gather", 0, 0), ("all_gather", 0, 0), ("sum0", 2, 0),
                                                        ("add", 4, 3))),
+    # the fourth long run (docs/testing.md): the reference took a value TensorFlow cannot compute
+    # (an all_reduce / batch_reduce_to of values whose shapes differ) to have its operand's traced
+    # shape, so a later binary step read it where strategax (rightly) read another value: the
+    # fuzzer's bug, not strategax's; the reference now traces such a value's shape as the step's
+    Program(n=2, inputs="wide", rows=(1, 2), steps=(("all_reduce_sum", -2, -1), ("sum0", -2, -2), ("max", 4, -2),
+                                                    ("flatten", -1, 14), ("max", 0, -1)), seed=1),
+    Program(n=2, inputs="ragged", rows=(2, 3), steps=(("batch_reduce_sum", 5, -1), ("slice", 2, -1),
+                                                      ("all_reduce_mean", 9, -1), ("add", 1, -2),
+                                                      ("merge_reduce_mean", 14, 9), ("tanh", -2, 13)),
+            seed=1, post="reduce_mean0"),
+]
+
+# Programs where TensorFlow raises and strategax must raise a named error too (check(p) ==
+# "both raise"), not answer
+RAISING: list[Program] = [
+    # the fourth long run: a dot whose matrix has the traced (padded) width, contracting a
+    # partial batch's rows (after a sum over the features); strategax contracted the padding and
+    # answered (a vector of the padded length) where TensorFlow's matmul raises on a replica with
+    # fewer rows: now a padding gap (passes/mask_padding/fixed_extents.py)
+    Program(n=5, inputs="dataset", rows=(15,), steps=(("sum_last", 3, -2), ("dot", -1, -2), ("sum0", -1, 10)),
+            post="reduce_mean"),
+    # the same along per-replica widths that differ (docs/testing.md's open question)
+    Program(n=2, inputs="wide", rows=(3, 1), steps=(("dot", 0, 0),)),
+]
+
+# Compressed programs where rounding to bfloat16 alone moves the answer past any fair tolerance
+# (ill-conditioned: the sine of a large rounded sum): compared by shape only
+# (check(p) == "ok (bf16: shapes only)"). The fourth long run's one bf16 failure: a jax.grad of
+# sin(v) * v at v in the hundreds, after compressed reductions, was 30% off (it is exact
+# without compression)
+ILL_CONDITIONED: list[Program] = [
+    Program(n=5, inputs="per_replica", rows=(), steps=(("batch_reduce_mean", -1, -1), ("grad_all_reduce", -1, -2),
+                                                       ("all_reduce_sum", -1, -1), ("square", 11, -1),
+                                                       ("max", -1, -1), ("var_update", 2, 15), ("take", 7, 9),
+                                                       ("grad", 4, -1)),
+            var=("on_read", "only_first_replica", "assign_sub"), bytes_per_pack=1 << 20, compression="bf16", seed=3,
+            post="reduce_mean"),
 ]

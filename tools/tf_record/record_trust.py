@@ -83,5 +83,42 @@ def gather_diff_shape_axis0_captured(tf, n):
     return out
 
 
+@scenario("dot_along_padded_axis", devices=(2,))
+def dot_along_padded_axis(tf, n):
+    """Contractions along an axis whose length differs across replicas (strategax pads it to
+    the largest), in a tf.function. Per-replica values of widths 3 and 2 (ones (2, 3 - r)):
+    x @ W with W a fixed (3, 3) matrix; x @ transpose(x) (both operands the replica's own
+    width); ones(width) @ transpose(x) with the width read from x. The partial last batch of a
+    dataset of 7 rows of [3k, 3k+1, 3k+2] batched by 4 (rows 2 and 1): (row sums) @ W2, W2 a
+    fixed (2, 2) matrix [[1, 2], [3, 4]]; transpose(x) @ x; einsum("rk,rc->kc", W2, x);
+    ones(rows) @ x. Also each replica's static shape of x inside the function."""
+    import numpy as np
+    st = mirrored(tf, n)
+    wide = _per_replica(st, lambda r: tf.ones((2, 3 - r)))
+    w = tf.constant(np.arange(9, dtype=np.float32).reshape(3, 3) / 8.0)
+    w2 = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    data = tf.data.Dataset.from_tensor_slices(np.arange(21, dtype=np.float32).reshape(7, 3)).batch(4)
+    *_, last = iter(st.experimental_distribute_dataset(data))
+    cases = {
+        "wide_x_at_fixed_w": (wide, lambda x: tf.matmul(x, w)),
+        "wide_x_at_x_t": (wide, lambda x: tf.matmul(x, x, transpose_b=True)),
+        "wide_ones_at_x_t": (wide, lambda x: tf.linalg.matvec(x, tf.ones(tf.shape(x)[-1]))),
+        "wide_static_shape": (wide, lambda x: tf.constant(str(x.shape))),
+        "rows_sums_at_fixed_w2": (last, lambda x: tf.linalg.matvec(w2, tf.reduce_sum(x, -1), transpose_a=True)),
+        "rows_x_t_at_x": (last, lambda x: tf.matmul(x, x, transpose_a=True)),
+        "rows_einsum_fixed_w2": (last, lambda x: tf.einsum("rk,rc->kc", w2, x)),
+        "rows_ones_at_x": (last, lambda x: tf.linalg.matvec(x, tf.ones(tf.shape(x)[0]), transpose_a=True)),
+        "rows_static_shape": (last, lambda x: tf.constant(str(x.shape))),
+    }
+    out = {"local_shapes": {"wide": [list(v.shape) for v in st.experimental_local_results(wide)],
+                            "rows": [list(v.shape) for v in st.experimental_local_results(last)]}}
+    for name, (value, body) in cases.items():
+        try:
+            out[name] = enc(tf.function(lambda x, body=body: st.run(body, args=(x,)))(value))
+        except Exception as e:  # noqa: BLE001
+            out[name] = err(e)
+    return out
+
+
 if __name__ == "__main__":
     sys.exit(main())

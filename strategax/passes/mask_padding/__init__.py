@@ -41,7 +41,8 @@ hold: the analysis does not follow rows through it.
 
 One module per step: `rows.py` (1), `counts.py` (2, and where each count is visible),
 `masker.py` (3, 4), `divisors.py` (what a divisor is), `gaps.py` (5: the gaps and their
-errors), `results.py` (6), `pass_.py` (the pass, in order).
+errors), `fixed_extents.py` (5: a value of a fixed size met along a padded axis, `x @ W`
+contracting widths that differ, is a gap), `results.py` (6), `pass_.py` (the pass, in order).
 """
 from .gaps import (GAPS, PADDED, PADDED_RESULTS, REASON, UNEVEN, Gap, PaddedResult, gaps_raised,
                    padded_results, padding_gap_error, padding_gaps)
