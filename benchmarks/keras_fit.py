@@ -4,7 +4,9 @@ Keras 3's own `keras.distribution.DataParallel` on the same devices (full batche
 interleaved in one process (ABBA rounds of one `fit` epoch each, after a warm-up epoch that
 compiles), and against TensorFlow 2.21's `tf.distribute.MirroredStrategy` `fit` (same models,
 8 logical CPU devices) run in a subprocess of /work/tfvenv when it exists (TF_PYTHON to change;
-skipped with a message otherwise). Prints the median step time of each and the ratios.
+skipped with a message otherwise). Prints the median step time of each and the ratios, in wall
+time and in the CPU time of the process (all its threads: the 8 simulated devices' work and the
+host's; on a machine shared with other jobs it moves far less than wall time), and the load.
 
 Run: KERAS_BACKEND=jax python benchmarks/keras_fit.py [--steps 20] [--rounds 5] [--model cnn|transformer|both]
 """
@@ -57,13 +59,19 @@ def build(keras, kind: str):
     return model
 
 
-def epoch_time(model, x, y, batch: int, scope=None) -> float:
-    """Seconds per step of one fit epoch (every batch full)."""
+def epoch_time(model, x, y, batch: int, scope=None) -> tuple[float, float]:
+    """(wall, process CPU) seconds per step of one fit epoch (every batch full)."""
     import contextlib
     with scope() if scope is not None else contextlib.nullcontext():
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
-        return (time.perf_counter() - start) / (len(x) // batch)
+        steps = len(x) // batch
+        return (time.perf_counter() - start) / steps, (time.process_time() - cpu) / steps
+
+
+def load() -> str:
+    """The 1-minute load average (`uptime`'s first figure), for the record."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def tf_child(kind: str, steps: int, rounds: int) -> None:
@@ -79,7 +87,9 @@ def tf_child(kind: str, steps: int, rounds: int) -> None:
     x, y = data(kind, steps)
     epoch_time(model, x, y, BATCH[kind])  # compiles
     times = [epoch_time(model, x, y, BATCH[kind]) for _ in range(rounds)]
-    print(json.dumps({"tf": tf.__version__, "keras": keras.__version__, "median": statistics.median(times)}))
+    print(json.dumps({"tf": tf.__version__, "keras": keras.__version__, "load": load(),
+                      "median": statistics.median(t[0] for t in times),
+                      "cpu": statistics.median(t[1] for t in times)}))
 
 
 def tf_figure(kind: str, steps: int, rounds: int) -> dict | None:
@@ -118,23 +128,27 @@ def compare(kind: str, steps: int, rounds: int) -> None:
     epoch_time(theirs, x, y, batch, parallel.scope)
     first_theirs = time.perf_counter() - t0
     t_ours, t_theirs = [], []
+    start_load = load()
     for i in range(rounds):
         pair = [lambda: t_ours.append(epoch_time(ours, x, y, batch)),
                 lambda: t_theirs.append(epoch_time(theirs, x, y, batch, parallel.scope))]
         for f in (pair if i % 2 == 0 else pair[::-1]):
             f()
-    ratios = [a / b for a, b in zip(t_ours, t_theirs)]
-    m_ours, m_theirs = statistics.median(t_ours), statistics.median(t_theirs)
-    print(f"{kind}: global batch {batch}, {steps} steps per epoch, {rounds} rounds")
+    print(f"{kind}: global batch {batch}, {steps} steps per epoch, {rounds} rounds (load {start_load} -> {load()})")
     print(f"  first epoch (compiles): strategax {first_ours:.2f} s, DataParallel {first_theirs:.2f} s")
-    print(f"  strategax MirroredStrategy   {m_ours * 1e3:8.2f} ms/step")
-    print(f"  Keras DataParallel           {m_theirs * 1e3:8.2f} ms/step")
-    print(f"  ratio strategax / DataParallel: median {statistics.median(ratios):.3f} "
-          f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+    medians = {}
+    for k, what in enumerate(("wall", "CPU")):
+        ratios = [a[k] / b[k] for a, b in zip(t_ours, t_theirs)]
+        m_ours, m_theirs = (statistics.median(t[k] for t in ts) for ts in (t_ours, t_theirs))
+        medians[what] = m_ours
+        print(f"  {what:4s} ms/step: strategax {m_ours * 1e3:8.2f}, DataParallel {m_theirs * 1e3:8.2f}; "
+              f"strategax / DataParallel median {statistics.median(ratios):.3f} "
+              f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
     tf = tf_figure(kind, steps, rounds)
     if tf is not None:
-        print(f"  TF {tf['tf']} MirroredStrategy (Keras {tf['keras']}, another process) "
-              f"{tf['median'] * 1e3:8.2f} ms/step; strategax / TF {m_ours / tf['median']:.3f}")
+        print(f"  TF {tf['tf']} MirroredStrategy (Keras {tf['keras']}, another process, load {tf['load']}): "
+              f"wall {tf['median'] * 1e3:8.2f} ms/step, CPU {tf['cpu'] * 1e3:8.2f} ms/step; strategax / TF "
+              f"wall {medians['wall'] / tf['median']:.3f}, CPU {medians['CPU'] / tf['cpu']:.3f}")
 
 
 def main() -> None:

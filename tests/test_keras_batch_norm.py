@@ -62,9 +62,16 @@ def test_synchronized_batch_norm_equals_one_device_on_the_whole_batch(one_device
         np.testing.assert_allclose(got["history"][key], want["history"][key], rtol=1e-5, err_msg=key)
     for g, w, v in zip(got["weights"], want["weights"], model.weights, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=v.path)  # moving statistics included
-    np.testing.assert_allclose(got["evaluate"], want["evaluate"], rtol=1e-5)
+    # evaluate and predict: one device's for the same weights (two epochs of float rounding in the
+    # weights, each within 1e-5 of one device's above, move the loss by up to ~1e-5 on their own)
+    same = build(False)
+    same.set_weights(got["weights"])
+    np.testing.assert_allclose(got["evaluate"], same.evaluate(X[:rows], Y[:rows], batch_size=BATCH, verbose=0),
+                               rtol=1e-5)
     assert got["predict"].shape == (rows, 1)
-    np.testing.assert_allclose(got["predict"], want["predict"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["predict"], same.predict(X[:rows], batch_size=BATCH, verbose=0),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["predict"], want["predict"], rtol=1e-4, atol=1e-4)
 
 
 def test_in_a_custom_loop_the_training_outputs_use_the_global_batch(one_device):

@@ -158,25 +158,35 @@ def test_import_is_lazy_and_other_backends_are_refused():
 
 
 def test_train_step_is_an_inspectable_strategax_function():
-    # Intent: the Keras train step is a strategax function like any other (IR, stats): one
-    # all-reduce of the batch's real row count, and one bucket holding exactly the model's
-    # gradients and the metrics' increments (their sizes read from the Keras model itself).
+    # Intent: the Keras train step is a strategax function like any other (IR, stats). A partial
+    # batch (7 rows on 2 replicas): one all-reduce of the batch's real row count, and one bucket
+    # holding exactly the model's gradients and the metrics' increments (their sizes read from
+    # the Keras model itself). A full batch (6 rows) runs Keras' own step, with no padded-row
+    # mask: the bucket alone, without the metrics' counts (3 rows a replica, a constant the
+    # compiler sums). Both give one device's loss on those rows.
     strategy = sx.MirroredStrategy(["CPU:0", "CPU:1"])
     with strategy.scope():
         model = _model()
-    x, y = _data(6)
     f = sx.keras.train_function(model)
     assert isinstance(f, sx.StrategyFunction)
-    args = sx.keras.step_arguments(model, x, y)
-    stats = f.stats(*args)
-    gradient_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
-    metric_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.metrics_variables)
-    assert sorted(c.payload_bytes for c in stats.collectives) == [4, gradient_bytes + metric_bytes]
-    assert "sx.all_reduce" in str(f.ir(*args))
-    logs, state = f(*args)  # the step runs as fit runs it: the loss of one device on these rows
-    reference = _model()
-    expected = reference.train_on_batch(x, y, return_dict=True)
-    np.testing.assert_allclose(float(logs["loss"]), expected["loss"], rtol=TOL)
+    for rows in (7, 6):
+        x, y = _data(rows)
+        args = sx.keras.step_arguments(model, x, y)
+        gradient_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
+        counts = [v for v in model.metrics_variables if v.path.endswith("/count")]
+        assert len(counts) == 2, [v.path for v in model.metrics_variables]  # the loss's and accuracy's
+        metric_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.metrics_variables
+                           if rows == 7 or not v.path.endswith("/count"))
+        expected_collectives = [4, gradient_bytes + metric_bytes] if rows == 7 else [gradient_bytes + metric_bytes]
+        stats = f.stats(*args)
+        assert sorted(c.payload_bytes for c in stats.collectives) == expected_collectives, rows
+        text = str(f.ir(*args))
+        assert "sx.all_reduce" in text
+        assert ("sx.mask_rows" in text) is (rows == 7), rows
+        logs, state = f(*args)  # the step runs as fit runs it: the loss of one device on these rows
+        reference = _model()
+        expected = reference.train_on_batch(x, y, return_dict=True)
+        np.testing.assert_allclose(float(logs["loss"]), expected["loss"], rtol=TOL)
 
 
 def test_steps_per_execution_equals_one_device():

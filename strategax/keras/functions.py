@@ -4,7 +4,8 @@ steps, `(logs, state)` back), built from strategax functions of its replica step
 
 Each step takes the next global batch from Keras' iterator, splits it across the replicas as
 `experimental_distribute_dataset` does (padded per-replica batches, each replica's real row
-count a hidden input, so full and partial batches share one program), and runs one
+count a hidden input; a batch that fills every replica is handed over without them, so its
+program has no padded-row masks: `full_batch`), and runs one
 `strategy.function` whose body is `strategy.run` of Keras' own step (`steps.py`). With
 `steps_per_execution=N > 1`, fit's and evaluate's function is one program of N steps: an
 `sx.range(N)` loop taking `next(iterator)` of the distributed iterator in its body (one
@@ -23,7 +24,7 @@ from ..errors import OutOfRangeError
 from ..input import InputOptions
 from ..trace import Mirrored, PerReplica
 from ..trace import range as sx_range
-from ..trace.distributed_values import is_distributed
+from ..trace.distributed_values import PerReplicaBatch, is_distributed
 from .errors import KerasAdapterError
 
 _NO_PREFETCH = InputOptions(experimental_fetch_to_device=False)
@@ -85,8 +86,9 @@ class Runner:
 
     def next_batch(self, iterator) -> Any:
         """The next global batch of Keras' `iterator`, split across the replicas (StopIteration
-        at its end, as Keras' step functions raise)."""
-        return next(self.batches(iterator))
+        at its end, as Keras' step functions raise); a full one without its row counts
+        (`full_batch`)."""
+        return full_batch(next(self.batches(iterator)))
 
     # --- what Keras calls ----------------------------------------------------------------
     def make(self, kind: str) -> Callable:
@@ -129,6 +131,25 @@ class Runner:
                 return self.strategy.gather(v, axis=0)
             return v
         return jax.tree_util.tree_map(rows, outputs, is_leaf=is_distributed)
+
+
+def full_batch(batch) -> Any:
+    """A batch that fills every replica's rows as plain `PerReplica` values (the same global
+    arrays), so its program has no padded rows to mask: Keras' own step. The masks `mask-padding`
+    puts before each op that combines rows cost a full batch time for nothing (32 on the
+    activations of a 2-layer Transformer's train step: docs/performance.md). A partial batch
+    keeps its row counts and gets its own, masked, program when one first comes (Keras alone
+    compiles one for a last batch of another size too). Every worker of a multi-worker job
+    holds every replica's count, so all pick the same program."""
+    leaves = jax.tree_util.tree_leaves(batch, is_leaf=is_distributed)
+    if not leaves or not all(_fills_rows(x) for x in leaves):
+        return batch
+    return jax.tree_util.tree_map(lambda x: PerReplica.from_global(*x.held_global), batch, is_leaf=is_distributed)
+
+
+def _fills_rows(x) -> bool:
+    return (isinstance(x, PerReplicaBatch) and x.held_global is not None and x.padded_rows > 0
+            and all(c == x.padded_rows for c in x.real_counts))
 
 
 def _mirrored(tree, what: str) -> Any:
