@@ -56,6 +56,10 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "real-divisor-dropped": (
         "strategax.passes.mask_padding.masker", "self.real_divisor(op, d, total, count, padded, None)", "pass",
         "mask-padding: a mean over padded rows divides by the padded count"),
+    "fixed-extent-contracted": (
+        "strategax.passes.mask_padding.fixed_extents", "            found.append((at, f\"{name} meets",
+        "            (lambda *_: None)((at, f\"{name} meets",
+        "mask-padding: a value of a fixed size met along a padded axis (x @ W) contracted, not a gap"),
 }
 
 

@@ -389,6 +389,11 @@ def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None, rounded: bool
         # the matrix is a constant of the traced width: TensorFlow's matmul raises on a replica
         # whose own width differs (tests/data/tf/trust.json, dot_along_padded_axis)
         return _Poison("a matmul of a value whose width differs from the matrix's on some replica"), shape_a
+    if kind in BINARY and any(np.shape(u) != np.shape(v) for u, v in zip(a, b)):
+        try:  # operands of one traced shape whose own shapes differ on a replica: TF broadcasts or raises
+            [np.broadcast_shapes(np.shape(u), np.shape(v)) for u, v in zip(a, b)]
+        except ValueError:
+            return _Poison(f"{kind} of values whose shapes differ on a replica"), shape_a
     if kind in LOCAL:  # NumPy, replica by replica; the traced shape from the padded shapes
         return [_local_np(kind, u, v) for u, v in zip(a, b)], _traced_shape(kind, shape_a, shape_b, n)
     squeeze = _bf16 if rounded and p.compression is not None else list  # `rounded`: as compressed
@@ -457,6 +462,8 @@ def padded_input_shape(p: Program) -> tuple:
         return (max(p.rows), D)
     if p.inputs == "wide":
         return (2, max(p.rows))
+    if p.inputs == "dataset" and p.n == 1:  # one replica: its partial batch as it is, nothing padded
+        return (p.rows[0] % 2 or 2, D)
     return (2, D)
 
 

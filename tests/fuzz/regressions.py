@@ -41,6 +41,11 @@ REGRESSIONS: list[Program] = [
                                                       ("all_reduce_mean", 9, -1), ("add", 1, -2),
                                                       ("merge_reduce_mean", 14, 9), ("tanh", -2, 13)),
             seed=1, post="reduce_mean0"),
+    # the fourth long run, second generator: on one replica a partial batch is not padded (traced
+    # as its own 1 row), where the reference assumed 2 rows and so read another operand than
+    # strategax (rightly) did: the fuzzer's bug
+    Program(n=1, inputs="dataset", rows=(3,), steps=(("sum0", 1, 7), ("flatten", 0, 8), ("sub", -2, -1)),
+            post="reduce_mean0"),
 ]
 
 # Programs where TensorFlow raises and strategax must raise a named error too (check(p) ==
@@ -54,6 +59,12 @@ RAISING: list[Program] = [
             post="reduce_mean"),
     # the same along per-replica widths that differ (docs/testing.md's open question)
     Program(n=2, inputs="wide", rows=(3, 1), steps=(("dot", 0, 0),)),
+    # the fourth long run, second generator: a variable read (3 entries) added to row sums of 3,
+    # 3 and 2 entries: TensorFlow raises on the third replica; the reference raised NumPy's
+    # broadcast error (the fuzzer's bug); strategax raises a padding gap (a fixed-size variable
+    # along a padded axis)
+    Program(n=3, inputs="ragged", rows=(3, 3, 2), steps=(("sum_last", 9, 7), ("var_update", 4, -1), ("add", -1, 10)),
+            var=("on_read", "mean", "assign_sub")),
 ]
 
 # Compressed programs where rounding to bfloat16 alone moves the answer past any fair tolerance

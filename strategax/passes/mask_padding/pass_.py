@@ -6,10 +6,9 @@ from typing import ClassVar
 
 from ...ir import Module
 from ..rewrite import BlockRewriter, all_blocks, rewrite_blocks
-from . import masker  # by module: a mutant (tests/fuzz/mutants.py) re-executes it in place
+from . import fixed_extents, masker  # by module: a mutant (tests/fuzz/mutants.py) re-executes them in place
 from .counts import Counts, gather_real
 from .divisors import Divisors
-from .fixed_extents import FIX as FIXED_EXTENT_FIX, fixed_extent_sources
 from .gaps import GAPS, PADDED_RESULTS, Gaps
 from .results import trims
 from .rows import follow
@@ -41,8 +40,8 @@ class MaskPadding:
             if not gather_real(every, rows, module.attrs.get("num_replicas", 1)):
                 break
             every = all_blocks(module)
-        for at, message in fixed_extent_sources(module, every, rows.of):  # e.g. `x @ W` along a padded axis
-            gaps.add(at, message, FIXED_EXTENT_FIX)
+        for at, message in fixed_extents.fixed_extent_sources(module, every, rows.of):  # `x @ W` along padding
+            gaps.add(at, message, fixed_extents.FIX)
         producer = {r: op for b in every for op in b.ops for r in op.results}
         threads = Counts(every)
         per_example, padded = trims(module.main, rows, batch_counts, threads.home, gaps, producer)
