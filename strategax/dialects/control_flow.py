@@ -192,13 +192,17 @@ def _cond_flows(op: Operation) -> list[Flow]:
     return flows
 
 
-def _while_flows(op: Operation) -> list[Flow]:
+def _while_flows(op: Operation, invariant_only: bool = False) -> list[Flow]:
+    """Every edge of a while loop; `invariant_only`: the constants' and the carries' the body
+    yields back unchanged (from the outer value alone)."""
     g, (cond, body) = _while_operands(op), op.regions
     cn, bn = len(g.cond_consts), len(g.body_consts)
     flows: list[Flow] = [(x, a, 0) for x, a in zip(g.cond_consts, cond.args)]
     flows += [(x, a, 0) for x, a in zip(g.body_consts, body.args)]
     for j, x in enumerate(g.carry):
-        for source in (x, body.results[j]):
+        if invariant_only and body.results[j] is not body.args[bn + j]:
+            continue
+        for source in (x,) if invariant_only else (x, body.results[j]):
             flows += [(source, cond.args[cn + j], 0), (source, body.args[bn + j], 0), (source, op.results[j], 0)]
     return flows
 
@@ -243,17 +247,6 @@ def _cond_invariants(op: Operation) -> list[Flow]:
     return [(x, a, 0) for branch in op.regions for x, a in zip(_cond_operands(op).operands, branch.args)]
 
 
-def _while_invariants(op: Operation) -> list[Flow]:
-    g, (cond, body) = _while_operands(op), op.regions
-    cn, bn = len(g.cond_consts), len(g.body_consts)
-    pairs: list[Flow] = [(x, a, 0) for x, a in zip(g.cond_consts, cond.args)]
-    pairs += [(x, a, 0) for x, a in zip(g.body_consts, body.args)]
-    for j, x in enumerate(g.carry):
-        if body.results[j] is body.args[bn + j]:  # a carry the body yields back unchanged
-            pairs += [(x, cond.args[cn + j], 0), (x, body.args[bn + j], 0), (x, op.results[j], 0)]
-    return pairs
-
-
 def _scan_invariants(op: Operation) -> list[Flow]:
     g, body = _scan_operands(op), op.regions[0]
     nc = len(g.consts)
@@ -281,7 +274,7 @@ REGION_OPS: dict[str, RegionOpFacts] = {
         lambda op: [], _cond_add_const, _cond_invariants),
     "jax.while": RegionOpFacts(
         _while_flows, lambda op: (op.regions[0].results[0], "a lax.while_loop whose condition"),
-        lambda op: [], _while_add_const, _while_invariants),
+        lambda op: [], _while_add_const, lambda op: _while_flows(op, invariant_only=True)),
     "jax.scan": RegionOpFacts(_scan_flows, lambda op: None, _scan_axes, _scan_add_const, _scan_invariants),
 }
 
