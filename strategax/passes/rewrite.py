@@ -8,6 +8,7 @@ block yields), naming both: a pass's mistake surfaces at the pass, not as a KeyE
 """
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -245,19 +246,44 @@ def in_order(block: Block) -> bool:
 def topological_sort(block: Block) -> bool:
     """Re-order `block.ops` so values are defined before use, otherwise keeping their order;
     True when the order changed. Ops with effects keep their relative order. Raises
-    RuntimeError naming the ops of a dependency cycle."""
+    RuntimeError naming the ops of a dependency cycle.
+
+    The order is networkx's `lexicographical_topological_sort` of `dependency_graph` (of the
+    ready ops, the earliest first), computed here with a heap: importing networkx and building
+    its graph cost more than the whole sort on a first call (issue 36)."""
     if in_order(block):
         return False
-    import networkx as nx
+    ops = block.ops
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
+    users: list[list[int]] = [[] for _ in ops]
+    waiting = [0] * len(ops)  # how many producers (and the previous op with effects) each op waits on
+    last_effect = None
+    for i, op in enumerate(ops):
+        preds = {producer[v] for v in op.operands if v in producer}
+        if has_effects(op):
+            if last_effect is not None:
+                preds.add(last_effect)
+            last_effect = i
+        waiting[i] = len(preds)
+        for j in preds:
+            users[j].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < len(ops):
+        import networkx as nx
 
-    g = dependency_graph(block)
-    try:
-        order = list(nx.lexicographical_topological_sort(g))
-    except nx.NetworkXUnfeasible:
-        cycle = nx.find_cycle(g)
-        names = " -> ".join(f"{block.ops[a].name} (op {a})" for a, _ in cycle)
-        raise RuntimeError(f"internal error: a rewrite created a dependency cycle: {names}") from None
-    block.ops[:] = [block.ops[i] for i in order]
+        cycle = nx.find_cycle(dependency_graph(block))
+        names = " -> ".join(f"{ops[a].name} (op {a})" for a, _ in cycle)
+        raise RuntimeError(f"internal error: a rewrite created a dependency cycle: {names}")
+    block.ops[:] = [ops[i] for i in order]
     return True
 
 
