@@ -79,7 +79,8 @@ def main() -> None:
         coordinator.join()
         return (time.perf_counter() - begin) / n
 
-    per_step(step, 10), per_step(trivial, 10)  # every worker traces and runs each once
+    per_step(step, 10)  # every worker traces and runs each step once
+    per_step(trivial, 10)
     times: dict = {"step": [], "trivial": []}
     for _ in range(args.rounds):
         times["step"].append(per_step(step, args.steps))
