@@ -4,6 +4,11 @@ each device's slice) done once per shape and sharding. `jax.device_put` spends m
 batch's placement in that per-call Python (0.15 ms of CPU against 0.04 ms for two leaves of a
 (64, 16) batch on 8 simulated devices); the input pipeline places one batch per step.
 
+`host_array` makes the host copies the input pipeline transfers 64-byte aligned: the CPU
+runtime then uses each device's rows in place instead of copying them (0.08 ms of CPU against
+0.16-0.4 ms to place a (1024, 256) float32 batch on 8 simulated devices). Such a copy belongs
+to the placed array from then on: nothing may write to it.
+
 It uses JAX's batched transfer (`xla_client.batched_device_put`, what `jax.device_put` calls);
 where that is not there or refuses the call (another JAX version), `jax.device_put` does it.
 """
@@ -21,6 +26,22 @@ try:  # JAX's own batched transfer; absent or different in another version: jax.
     _BATCHED: Any = _xc.batched_device_put
 except (ImportError, AttributeError):  # pragma: no cover - depends on the JAX version
     _BATCHED = None
+
+
+ALIGN = 64  # bytes: what XLA's CPU runtime needs to use a host buffer in place
+
+
+def host_array(shape: tuple, dtype, fill: np.ndarray | None = None) -> np.ndarray:
+    """A new host array of `shape` whose data starts at an ALIGN-byte boundary: zeros, or a copy
+    of `fill`."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros(size + ALIGN, np.uint8) if fill is None else np.empty(size + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    out = raw[start:start + size].view(dtype).reshape(shape)
+    if fill is not None:
+        np.copyto(out, fill)
+    return out
 
 
 @functools.lru_cache(maxsize=512)

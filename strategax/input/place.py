@@ -74,7 +74,7 @@ def _layout(mesh, shape: tuple, dtype) -> ReplicaLayout:
 def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
     """The replicas' pieces, each padded with zero rows to `rows`, concatenated along axis 0."""
     first = pieces[0]
-    out = np.zeros((rows * len(pieces), *first.shape[1:]), first.dtype)
+    out = transfer.host_array((rows * len(pieces), *first.shape[1:]), first.dtype)
     for i, p in enumerate(pieces):
         out[i * rows:i * rows + p.shape[0]] = p
     return out
@@ -83,7 +83,7 @@ def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
 def owned(x: np.ndarray) -> np.ndarray:
     """`x` in JAX's dtype, as an array of the pipeline's own (a copy unless converting made one)."""
     canonical = _canonical(x)
-    return np.array(canonical) if canonical is x else canonical
+    return transfer.host_array(canonical.shape, canonical.dtype, canonical) if canonical is x else canonical
 
 
 def split_hosts(leaves: list[np.ndarray], counts: Sequence[int], rows: int) -> list[np.ndarray]:
@@ -93,8 +93,8 @@ def split_hosts(leaves: list[np.ndarray], counts: Sequence[int], rows: int) -> l
     hosts = []
     for x in leaves:
         canonical = _canonical(x)
-        if canonical.shape[0] == rows * n:  # evenly split and full: one copy of the batch
-            hosts.append(np.array(canonical) if canonical is x else canonical)
+        if canonical.shape[0] == rows * n:  # evenly split and full: one (aligned) copy of the batch
+            hosts.append(transfer.host_array(canonical.shape, canonical.dtype, canonical))
         else:
             offsets = np.cumsum([0, *counts])
             hosts.append(padded_host([canonical[offsets[i]:offsets[i + 1]] for i in range(n)], rows))

@@ -27,8 +27,10 @@ def host_stacked(elements: Sequence[HostElement], shapes: Sequence[tuple], n: in
     columns = [[*e.hosts, e.count_host()] for e in elements]
     out = []
     for p, shape in enumerate(shapes):
-        parts = [np.reshape(col[p], (n, *shape)) for col in columns]
-        out.append(np.stack(parts, axis=1).reshape((n * k, *shape)))
+        stacked = transfer.host_array((n, k, *shape), columns[0][p].dtype)  # aligned: placed in place on the CPU
+        for step, col in enumerate(columns):
+            stacked[:, step] = np.reshape(col[p], (n, *shape))
+        out.append(stacked.reshape((n * k, *shape)))
     return out
 
 
