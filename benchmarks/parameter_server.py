@@ -142,6 +142,25 @@ def make_ray_round_trip():
     return run
 
 
+def cpu_seconds(processes: dict) -> dict:
+    """CPU seconds (user + system) used so far by each group of processes ({} without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    out = {}
+    for name, pids in processes.items():
+        total = 0.0
+        for pid in pids:
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        out[name] = total
+    return out
+
+
 def timed(run, n: int) -> float:
     start = time.perf_counter()
     run(n)
@@ -190,11 +209,16 @@ def main() -> None:
     for run in runs.values():
         run(3)
     times: dict[str, list] = {name: [] for name in runs}
-    trivial_times = []
+    trivial_times, trivial_cpu = [], []
+    cluster = pair[0]._cluster
+    processes = {"coordinator": [os.getpid()], "workers": cluster.worker_pids, "ps": cluster.server_pids}
     for _ in range(args.rounds):
         for name, run in runs.items():
             times[name].append(timed(run, args.steps) / args.steps)
+        before = cpu_seconds(processes)
         trivial_times.append(timed(trivial, args.trivial) / args.trivial)
+        after = cpu_seconds(processes)
+        trivial_cpu.append({k: (after[k] - before[k]) / args.trivial for k in after} if after and before else {})
     assert int(counter.numpy()) == 10 + args.rounds * args.trivial  # every scheduled step ran once
     load_after = os.getloadavg()[0]
     jax_time = statistics.median(times["jax.jit, one device"])
@@ -225,6 +249,9 @@ def main() -> None:
               f"{'' if other is None else f'{other:10.2f}':>10} {ratio}")
     print(f"cluster up here: Ray {ray_up:.2f} s + actors {actors_up:.2f} s"
           + ("" if tf is None else f"; TF: import {tf['import_s']:.2f} s (not counted), load {tf['load']:.1f}"))
+    if trivial_cpu and trivial_cpu[0]:
+        print("CPU time per trivial step (median of rounds, ms): " + ", ".join(
+            f"{k} {statistics.median(c[k] for c in trivial_cpu) * 1e3:.2f}" for k in trivial_cpu[0]))
     print("per-round ms, trivial: strategax " + " ".join(f"{t * 1e3:.2f}" for t in trivial_times)
           + ("" if tf is None else "; TF " + " ".join(f"{t * 1e3:.2f}" for t in tf["trivial"])))
 
