@@ -55,8 +55,12 @@ def one(which: str, layers: int, cache: str) -> dict:
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     events: dict[str, list[float]] = {}
-    monitoring.register_event_duration_secs_listener(
-        lambda event, duration_secs, **kw: events.setdefault(event, []).append(duration_secs))
+    marks: list[tuple[str, float]] = []  # (event, CPU time when JAX reported it): the CPU split
+
+    def listen(event, duration_secs, **kw):
+        events.setdefault(event, []).append(duration_secs)
+        marks.append((event, time.process_time()))
+    monitoring.register_event_duration_secs_listener(listen)
     phases: dict[str, float] = {}
     if which == "sx":
         from strategax.trace import function as function_module
@@ -78,6 +82,7 @@ def one(which: str, layers: int, cache: str) -> dict:
         manager.PassManager.run = timed("passes", pipeline)
         step = lm.make_strategax_step(strategy, model)
         events.clear()
+        marks.clear()
         start, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(step(params, pieces))
         total, phases["cpu"] = time.perf_counter() - start, time.process_time() - cpu
@@ -85,16 +90,33 @@ def one(which: str, layers: int, cache: str) -> dict:
         xla = sum(events.get(COMPILE, []))
         phases["trace"] = phases["own"] - phases["import"] - phases["passes"]
         phases.update(total=total, xla=xla, lower=total - phases["own"] - xla)
+        phases.update(cpu_split(marks, cpu, phases["cpu"], cpu + phases["own_cpu"]))
     else:
         step = lm.make_jax_step(mesh, model)
         events.clear()
+        marks.clear()
         start, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(step(jparams, gx, gy))
         total, phases["cpu"] = time.perf_counter() - start, time.process_time() - cpu
         xla = sum(events.get(COMPILE, []))
         trace = max(events.get(TRACE, [0.0]))
         phases.update(total=total, xla=xla, trace=trace, lower=total - xla - trace)
+        phases.update(cpu_split(marks, cpu, phases["cpu"], None))
     return phases
+
+
+def cpu_split(marks: list[tuple[str, float]], start: float, total: float, own_end: float | None) -> dict:
+    """The first call's CPU time by phase, from the CPU time at each of JAX's events: `own_cpu`
+    (strategax: up to the end of its passes; jax.jit: its trace), `lower_cpu` (to the end of the
+    StableHLO lowering), `xla_cpu` (XLA's compilation) and `run_cpu` (the rest: the run)."""
+    to_mlir = [c for e, c in marks if e == TO_MLIR]
+    compiled = [c for e, c in marks if e == COMPILE]
+    traced = [c for e, c in marks if e == TRACE]
+    own_end = own_end if own_end is not None else (traced[-1] if traced else start)
+    lower_end = to_mlir[-1] if to_mlir else own_end
+    xla_end = compiled[-1] if compiled else lower_end
+    return {"own_cpu": own_end - start, "lower_cpu": lower_end - own_end, "xla_cpu": xla_end - lower_end,
+            "run_cpu": start + total - xla_end}
 
 
 def fresh(which: str, layers: int, cache: str, extra: list[str]) -> dict:
@@ -148,6 +170,11 @@ def main() -> None:
                   f"{j['lower']:.2f} xla {j['xla']:.2f})  ratio {ratio:.3f} (CPU time {cpu_ratio:.3f})  "
                   f"own-trace / jax trace+lower {(s['own'] - s['trace']) / (j['trace'] + j['lower']):.2f}",
                   flush=True)
+            print(f"{'':16s}CPU s: strategax {s['cpu']:6.2f} (own {s['own_cpu']:.2f}: import {s['import_cpu']:.2f} "
+                  f"passes {s['passes_cpu']:.2f}; lower {s['lower_cpu']:.2f}; xla {s['xla_cpu']:.2f}; run "
+                  f"{s['run_cpu']:.2f})  jax.jit {j['cpu']:6.2f} (trace {j['own_cpu']:.2f} lower {j['lower_cpu']:.2f} "
+                  f"xla {j['xla_cpu']:.2f} run {j['run_cpu']:.2f})  (own + lower) / jax (trace + lower) "
+                  f"{(s['own_cpu'] + s['lower_cpu']) / (j['own_cpu'] + j['lower_cpu']):.2f}", flush=True)
 
 
 if __name__ == "__main__":

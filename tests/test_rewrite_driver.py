@@ -80,6 +80,58 @@ def test_reorder_puts_definitions_before_uses():
     assert block.ops.index(d) > block.ops.index(c)
 
 
+def test_the_sort_is_networkx_lexicographic_order_and_keeps_effects_in_order():
+    # Intent: the heap sort (no networkx on a first call) gives networkx's
+    # lexicographical_topological_sort of the dependency graph (of the ready ops, the earliest
+    # first) on shuffled blocks with variable reads and writes, whose relative order stays.
+    import random
+
+    import networkx as nx
+
+    from strategax.passes.rewrite import dependency_graph, topological_sort
+
+    rng, cycles = random.Random(0), 0
+    for trial in range(40):
+        x = Value(F32, "x")
+        ops, values = [], [x]
+        for k in range(14):
+            kind = rng.random()
+            if kind < 0.2:
+                ops.append(Operation("sx.var_read", [], [Value(F32, f"r{k}")], {}))
+            elif kind < 0.35:
+                ops.append(Operation("sx.var_assign", [rng.choice(values)], [], {}))
+            else:
+                ops.append(_op(rng.choice(["jax.neg", "jax.add"]), rng.sample(values, min(len(values), 2))[:1]
+                               + ([rng.choice(values)] if rng.random() < 0.5 else [])))
+            values += ops[-1].results
+        rng.shuffle(ops)
+        block = ir.Block([x], list(ops), [values[-1]])
+        try:
+            want = [ops[i] for i in nx.lexicographical_topological_sort(dependency_graph(block))]
+        except nx.NetworkXUnfeasible:  # the shuffled effects' order contradicts their data flow
+            with pytest.raises(RuntimeError, match="dependency cycle"):
+                topological_sort(block)
+            cycles += 1
+            continue
+        effects = [op for op in ops if op.name.startswith("sx.var")]
+        assert topological_sort(block) == (want != ops), trial
+        assert block.ops == want, trial
+        assert [op for op in block.ops if op.name.startswith("sx.var")] == effects
+    assert 0 < cycles < 40  # both kinds of block were met
+
+
+def test_a_dependency_cycle_is_an_internal_error_naming_its_ops():
+    # Intent: ops that read each other's results cannot be ordered: RuntimeError naming them.
+    from strategax.passes.rewrite import topological_sort
+
+    x = Value(F32, "x")
+    a = _op("jax.neg", [x])
+    b = _op("jax.exp", [a.result])
+    a.operands = [b.result]
+    with pytest.raises(RuntimeError, match=r"dependency cycle: jax\.(neg|exp) \(op \d\) -> jax\.(neg|exp)"):
+        topological_sort(ir.Block([x], [a, b], [b.result]))
+
+
 SIMPLIFY = """module @m attributes {num_replicas = 2} {
   func @main(%x: f32[3]) -> (f32[3]) {
     %r = sx.all_reduce %x {op = "mean", reason = "r"} : f32[3]
