@@ -90,9 +90,10 @@ class Tokens:
             raise RuntimeError(f"internal error: the parser went back to released token {j + self._base}")
         buf, text = self._buf, self.text
         if not self._done and self._bad is None:
-            # one comprehension per chunk (the eof token, an empty match at the end, comes last)
+            # one comprehension per chunk (the eof token, an empty match at the end, comes last);
+            # every alternative of the pattern is a named group, so `lastgroup` is never None
             chunk = [(k, m[k], m.start(k)) for m in islice(self._matches, j + self.CHUNK + 1 - len(buf))
-                     for k in [m.lastgroup]]
+                     for k in [m.lastgroup or "eof"]]
             if "bad" in map(_KIND, chunk):
                 at = next(n for n, tok in enumerate(chunk) if tok[0] == "bad")
                 self._bad = ParseError(f"unexpected character {chunk[at][1]!r}", text, chunk[at][2], self.filename)
