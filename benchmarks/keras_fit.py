@@ -8,7 +8,13 @@ skipped with a message otherwise). Prints the median step time of each and the r
 time and in the CPU time of the process (all its threads: the 8 simulated devices' work and the
 host's; on a machine shared with other jobs it moves far less than wall time), and the load.
 
+With `--programs`, also the compiled train-step programs alone (no `fit` loop, no host work):
+strategax's full-batch program against `jax.jit` of Keras' `train_step` under DataParallel (what
+its `fit` runs), CPU time of 5 calls per side per round, interleaved, and how many of each
+program's dots XLA:CPU left to its generic emitter (the rest run in YNNPACK).
+
 Run: KERAS_BACKEND=jax python benchmarks/keras_fit.py [--steps 20] [--rounds 5] [--model cnn|transformer|both]
+     [--programs]
 """
 import os
 import sys
@@ -107,7 +113,47 @@ def tf_figure(kind: str, steps: int, rounds: int) -> dict | None:
     return json.loads(lines[-1])
 
 
-def compare(kind: str, steps: int, rounds: int) -> None:
+def generic_dots(compiled) -> int:
+    """Dots of the compiled program's entry computation that XLA:CPU left to its generic emitter
+    (a dot inside a YNNPACK fusion is in a fused computation, not the entry's)."""
+    import re
+    text = compiled.as_text()
+    return len(re.findall(r"= \S+ dot\(", text[text.index("\nENTRY"):]))
+
+
+def programs(ours, theirs, parallel, x, y, rounds: int) -> None:
+    """The two compiled train-step programs alone, CPU time per call, interleaved rounds."""
+    import jax
+    from keras.src.backend.jax.trainer import _distribute_data
+
+    import strategax as sx
+    f = sx.keras.train_function(ours)
+    args = sx.keras.step_arguments(ours, x, y)
+    c_ours = f.lowered(*args).compile()
+    _, global_args = f._lowering_args(args, {})  # the arrays the program takes (bench-only, private)
+    global_args = jax.device_put(list(global_args), list(c_ours.input_shardings[0]))
+    with parallel.scope():
+        state = theirs._get_jax_state(True, True, True, True)
+        batch = _distribute_data((x, y))
+        c_theirs = jax.jit(theirs.train_step, out_shardings=(None, theirs._get_state_sharding_spec())) \
+            .lower(state, batch).compile()
+    calls = {"strategax": lambda: c_ours(*global_args), "DataParallel": lambda: c_theirs(state, batch)}
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for i in range(rounds):
+        for k in (list(calls) if i % 2 == 0 else list(calls)[::-1]):
+            jax.block_until_ready(calls[k]())
+            cpu = time.process_time()
+            for _ in range(5):
+                jax.block_until_ready(calls[k]())
+            times[k].append((time.process_time() - cpu) / 5)
+    ratios = [a / b for a, b in zip(times["strategax"], times["DataParallel"])]
+    print(f"  programs alone, CPU ms/step: strategax {statistics.median(times['strategax']) * 1e3:8.2f}, "
+          f"DataParallel {statistics.median(times['DataParallel']) * 1e3:8.2f}; strategax / DataParallel median "
+          f"{statistics.median(ratios):.3f} (rounds {min(ratios):.3f}-{max(ratios):.3f}); dots in XLA's generic "
+          f"emitter: strategax {generic_dots(c_ours)}, DataParallel {generic_dots(c_theirs)}")
+
+
+def compare(kind: str, steps: int, rounds: int, alone: bool = False) -> None:
     import keras
 
     import strategax as sx
@@ -144,6 +190,8 @@ def compare(kind: str, steps: int, rounds: int) -> None:
         print(f"  {what:4s} ms/step: strategax {m_ours * 1e3:8.2f}, DataParallel {m_theirs * 1e3:8.2f}; "
               f"strategax / DataParallel median {statistics.median(ratios):.3f} "
               f"(rounds {min(ratios):.3f}-{max(ratios):.3f})")
+    if alone:
+        programs(ours, theirs, parallel, x[:batch], y[:batch], rounds)
     tf = tf_figure(kind, steps, rounds)
     if tf is not None:
         print(f"  TF {tf['tf']} MirroredStrategy (Keras {tf['keras']}, another process, load {tf['load']}): "
@@ -156,6 +204,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps per fit epoch")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", choices=("cnn", "transformer", "both"), default="both")
+    parser.add_argument("--programs", action="store_true",
+                        help="also time the compiled train-step programs alone (no fit loop)")
     parser.add_argument("--tf-child", action="store_true", help=argparse.SUPPRESS)
     if "--tf-child" not in sys.argv:
         device.add_argument(parser)
@@ -166,7 +216,7 @@ def main() -> None:
     import keras
     print(device.describe(device.devices(REPLICAS)) + f", Keras {keras.__version__}")
     for kind in (("cnn", "transformer") if args.model == "both" else (args.model,)):
-        compare(kind, args.steps, args.rounds)
+        compare(kind, args.steps, args.rounds, args.programs)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ from .. import _context
 from .._markers import DistributedDatasetMarker, DistributedIteratorMarker
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.batches import streams, takes
+from ..trace.batches.host_element import Placement, placed
 from ..trace.distributed_values import is_distributed
 from ..trace.signature import TensorSpec
 from .optional import Optional
 from .options import InputOptions
-from .place import place_split
+from .place import host_split, place_split
 from .prefetch import Prefetcher, Synchronous
 from .shard import worker_batches, worker_policy
 from .split import BatchError, batch_leaves, split_sizes
@@ -73,10 +74,14 @@ def spec_of(element: Any) -> Any:
 
 class DistributedIterator(DistributedIteratorMarker):
     """`iter(dist_dataset)`: yields placed elements; `next()` and `get_next()` work. Inside a
-    `strategy.function` that takes it as an argument, `next()` is a program input (`trace.batches.takes`)."""
+    `strategy.function` that takes it as an argument, `next()` is a program input (`trace.batches.takes`).
+    Elements the pipeline left on the host (`HostElement`, while `placement.bulk`) are placed
+    when taken one at a time, or stacked and placed together by a compiled loop."""
 
-    def __init__(self, strategy, produce: Callable[[], Iterator], options: InputOptions):
+    def __init__(self, strategy, produce: Callable[[], Iterator], options: InputOptions,
+                 placement: Placement | None = None):
         self._strategy = strategy
+        self._placement = placement if placement is not None else Placement()
         self._source = (Prefetcher(produce, options.experimental_per_replica_buffer_size)
                         if options.experimental_fetch_to_device else Synchronous(produce))
         self._ahead: deque = deque()  # elements read but not yet consumed (peeked, or put back)
@@ -97,8 +102,15 @@ class DistributedIterator(DistributedIteratorMarker):
         return self._strategy._finalize_outputs(element)
 
     # --- what compiled functions use (trace.batches.takes): placed elements, before finalizing ----
-    def _pull(self) -> Any:
-        """The next placed element, or None at the end of the data."""
+    def _pull(self, bulk: bool = False) -> Any:
+        """The next element, or None at the end of the data: placed, or with `bulk` (a compiled
+        loop taking several, to place them together) as the pipeline made it, and the pipeline
+        then leaves the next ones on the host too."""
+        self._placement.bulk = bulk
+        element = self._next_raw()
+        return element if bulk or element is None else placed(element)
+
+    def _next_raw(self) -> Any:
         if self._ahead:
             return self._ahead.popleft()
         try:
@@ -107,9 +119,9 @@ class DistributedIterator(DistributedIteratorMarker):
             return None
 
     def _peek(self) -> Any:
-        """The next placed element without consuming it, or None at the end of the data."""
+        """The next element (as the pipeline made it) without consuming it, or None at the end."""
         if not self._ahead:
-            element = self._pull()
+            element = self._next_raw()
             if element is None:
                 return None
             self._ahead.append(element)
@@ -159,7 +171,7 @@ class DistributedIterator(DistributedIteratorMarker):
         which stays the next one)."""
         element = self._peek()
         if element is not None:
-            self._last_spec = spec_of(element)
+            self._last_spec = spec_of(placed(element))
         elif self._last_spec is None:
             raise DistributionValueError("the iterator has no element, so it has no element_spec",
                                          "ask the dataset's element_spec, or give it at least one batch")
@@ -192,6 +204,7 @@ class _Dataset(DistributedDatasetMarker):
         self._strategy = strategy
         self._options = options or InputOptions()
         self._first_read = None  # ((element_spec, key) of the first element, or None,) once read
+        self._placement = Placement()  # shared with its iterators: whether compiled loops read them
         self._pending = None  # (first element, rest) read by element_spec from a one-shot source
         self._iterated = False  # a one-shot source can be iterated once
 
@@ -219,7 +232,7 @@ class _Dataset(DistributedDatasetMarker):
             self._iterated = True
         pending, self._pending = self._pending, None
         produce = self._produce if pending is None else (lambda: _resume(*pending))
-        return DistributedIterator(self._strategy, produce, self._options)
+        return DistributedIterator(self._strategy, produce, self._options, self._placement)
 
     def _first(self) -> tuple | None:
         """(element_spec, cache key) of the first element, None for an empty dataset; read once
@@ -236,7 +249,7 @@ class _Dataset(DistributedDatasetMarker):
                 self._pending = (first, it)
             else:
                 it.close()
-            self._first_read = (None if first is None else (spec_of(first), takes.element_key(first)),)
+            self._first_read = (None if first is None else (spec_of(placed(first)), takes.element_key(first)),)
         return self._first_read[0]
 
     @property
@@ -278,4 +291,7 @@ class DistributedDataset(_Dataset):
             treedef = tree
             counts = split_sizes(b, n)
             rows = max(rows, counts[0], 1)  # the first (full) batch fixes the static row count
-            yield place_split(mesh, leaves, treedef, counts, rows)
+            if self._placement.bulk:  # compiled loops read the iterators: they place several at once
+                yield host_split(mesh, leaves, treedef, counts, rows)
+            else:  # placed ahead of use (in the prefetch thread)
+                yield place_split(mesh, leaves, treedef, counts, rows)

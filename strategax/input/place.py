@@ -1,6 +1,8 @@
 """Placing input on the replicas: per-replica pieces padded to one row count become one global
-array over the replica mesh (one transfer per leaf; a full, evenly split batch is used as is,
-without a host copy)."""
+array over the replica mesh (one transfer per leaf). What is transferred is always the
+pipeline's own host copy, never the user's array: on the CPU, JAX's transfer may alias an
+aligned host buffer instead of copying it (`may_alias=False` does not change that for NumPy
+arrays), so a generator refilling the array it yielded would change batches already placed."""
 from __future__ import annotations
 
 import functools
@@ -10,9 +12,11 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
+from ..backends import transfer
 from ..backends.layout import ReplicaLayout
 from ..errors import DistributionValueError
 from ..ir import Locality, TensorType
+from ..trace.batches.host_element import HostElement
 from ..trace.distributed_values import PerReplica, PerReplicaBatch
 from .split import BatchError
 
@@ -25,7 +29,7 @@ def put(hosts: list[np.ndarray], shardings: list) -> list[jax.Array]:
     `jax.device_put` would check equality with a cross-process collective, which can
     deadlock against a step running at the same time on another thread."""
     if all(s.is_fully_addressable for s in shardings):
-        return jax.device_put(hosts, shardings)
+        return transfer.device_put(hosts, shardings)
     return [jax.make_array_from_callback(h.shape, s, lambda index, h=h: h[index])
             for h, s in zip(hosts, shardings)]
 
@@ -70,25 +74,51 @@ def _layout(mesh, shape: tuple, dtype) -> ReplicaLayout:
 def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
     """The replicas' pieces, each padded with zero rows to `rows`, concatenated along axis 0."""
     first = pieces[0]
-    out = np.zeros((rows * len(pieces), *first.shape[1:]), first.dtype)
+    out = transfer.host_array((rows * len(pieces), *first.shape[1:]), first.dtype)
     for i, p in enumerate(pieces):
         out[i * rows:i * rows + p.shape[0]] = p
     return out
 
 
-def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> Any:
-    """A global batch split as `counts` (TensorFlow's split) into a pytree of PerReplicaBatch."""
+def owned(x: np.ndarray) -> np.ndarray:
+    """`x` in JAX's dtype, as an array of the pipeline's own (a copy unless converting made one)."""
+    canonical = _canonical(x)
+    return transfer.host_array(canonical.shape, canonical.dtype, canonical) if canonical is x else canonical
+
+
+def split_hosts(leaves: list[np.ndarray], counts: Sequence[int], rows: int) -> list[np.ndarray]:
+    """Each leaf of a global batch split as `counts` (TensorFlow's split), every replica's piece
+    padded to `rows` rows: the host copy of its global array (the pipeline's own, see above)."""
     n = len(counts)
-    count_value = place_counts(mesh, counts)
     hosts = []
     for x in leaves:
-        x = _canonical(x)
-        if x.shape[0] == rows * n:
-            hosts.append(x)  # evenly split and full: the batch is the global array already
+        canonical = _canonical(x)
+        if canonical.shape[0] == rows * n:  # evenly split and full: one (aligned) copy of the batch
+            hosts.append(transfer.host_array(canonical.shape, canonical.dtype, canonical))
         else:
             offsets = np.cumsum([0, *counts])
-            hosts.append(padded_host([x[offsets[i]:offsets[i + 1]] for i in range(n)], rows))
-    return jax.tree_util.tree_unflatten(treedef, _place_all(mesh, hosts, rows, counts, count_value))
+            hosts.append(padded_host([canonical[offsets[i]:offsets[i + 1]] for i in range(n)], rows))
+    return hosts
+
+
+def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> Any:
+    """A global batch split as `counts` (TensorFlow's split) into a pytree of PerReplicaBatch."""
+    hosts = split_hosts(leaves, counts, rows)
+    return jax.tree_util.tree_unflatten(treedef, _place_all(mesh, hosts, rows, counts, place_counts(mesh, counts)))
+
+
+def host_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> HostElement:
+    """A global batch split and padded on the host (its own copy), placed when first used as a
+    value: a compiled loop that takes several stacks them and places them together."""
+    counts = tuple(int(c) for c in counts)
+    return HostElement(split_hosts(leaves, counts, rows), treedef, counts, rows,
+                       functools.partial(_place_host, mesh))
+
+
+def _place_host(mesh, element: HostElement) -> Any:
+    count_value = place_counts(mesh, element.counts)
+    return jax.tree_util.tree_unflatten(
+        element.treedef, _place_all(mesh, element.hosts, element.rows, element.counts, count_value))
 
 
 def place_pieces(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[int] | None,
@@ -114,7 +144,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     pads and transfers only its own; `counts` are every replica's real row counts (None:
     per-replica scalars, no batch axis)."""
     if counts is None:
-        hosts = [[_canonical(np.asarray(p)) for p in leaf] for leaf in pieces]
+        hosts = [[owned(np.asarray(p)) for p in leaf] for leaf in pieces]
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
         return jax.tree_util.tree_unflatten(treedef, [PerReplica.from_global(lay.assemble(leaf), lay)
                                                       for leaf, lay in zip(hosts, lays)])
@@ -122,7 +152,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     count_value = place_counts(mesh, counts)
     out = []
     for leaf in pieces:
-        padded = [p if p.shape[0] == rows else padded_host([p], rows) for p in map(_canonical, map(np.asarray, leaf))]
+        padded = [owned(p) if p.shape[0] == rows else padded_host([_canonical(p)], rows) for p in map(np.asarray, leaf)]
         lay = _layout(mesh, (rows, *padded[0].shape[1:]), padded[0].dtype)
         out.append(PerReplicaBatch.from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
                                                       count_value))
@@ -133,7 +163,7 @@ def place_ragged(devices, pieces: list[list[np.ndarray]], treedef) -> Any:
     """Per-replica pieces (`pieces[leaf][replica]`) whose shapes differ beyond the row axis, as
     plain PerReplica values of one component per device (no padded batch: `gather` and
     `reduce(axis=...)` combine them outside compiled functions, as `experimental_distribute_values_from_function`'s)."""
-    out = [PerReplica([jax.device_put(_canonical(np.asarray(p)), d) for p, d in zip(leaf, devices)])
+    out = [PerReplica([jax.device_put(owned(np.asarray(p)), d) for p, d in zip(leaf, devices)])
            for leaf in pieces]
     return jax.tree_util.tree_unflatten(treedef, out)
 

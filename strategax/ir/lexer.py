@@ -9,17 +9,19 @@ import numpy as np
 from .types import DTYPES, Locality, TensorType
 
 # Each match is the whitespace and comments before a token (consumed atomically), then the token.
+# The alternatives are tried in order, the most frequent first (a type and `loc(` before an
+# identifier, which would take their first word); no two others can start the same way.
 _TOKEN = re.compile(r"""
  (?:[ \t\r\n]+|//[^\n]*)*+
- (?:(?P<value>%[A-Za-z0-9_.]+)
- | (?P<symbol>@[A-Za-z0-9_.]+)
- | (?P<hash>\#[A-Za-z_][A-Za-z0-9_.]*)
+ (?:(?P<punct>->|[{}()\[\],:=^<>])
+ | (?P<value>%[A-Za-z0-9_.]+)
+ | (?P<type>(?:DTYPE_NAMES)\[(?:\d{1,18}(?:,\d{1,18})*)?\](?:\ (?:per_replica|mirrored)(?![A-Za-z0-9_.\-]))?)
+ | (?P<loc>loc\("(?:[^"\\\n]|\\.)*+":\d+\))
+ | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
  | (?P<number>-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)|-inf)
  | (?P<string>"(?:[^"\\\n]|\\.)*+")
- | (?P<loc>loc\("(?:[^"\\\n]|\\.)*+":\d+\))
- | (?P<type>(?:DTYPE_NAMES)\[(?:\d{1,18}(?:,\d{1,18})*)?\](?:\ (?:per_replica|mirrored)(?![A-Za-z0-9_.\-]))?)
- | (?P<ident>[A-Za-z_][A-Za-z0-9_.\-]*)
- | (?P<punct>->|[{}()\[\],:=^<>])
+ | (?P<symbol>@[A-Za-z0-9_.]+)
+ | (?P<hash>\#[A-Za-z_][A-Za-z0-9_.]*)
  | (?P<bad>.)
  | (?P<eof>\Z))
 """.replace("DTYPE_NAMES", "|".join(sorted(DTYPES, key=len, reverse=True))), re.VERBOSE | re.DOTALL)

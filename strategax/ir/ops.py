@@ -8,7 +8,7 @@ from .types import TensorType
 from .values import Value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Location:
     """The user's source line an op came from: `loc("train.py":18)`."""
 
@@ -19,7 +19,7 @@ class Location:
         return f"{self.file}:{self.line}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Block:
     """A straight-line list of ops with arguments and the values it yields."""
 
@@ -35,7 +35,7 @@ class Block:
                 yield from region.walk()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Operation:
     """One op: `name` is `jax.<primitive>` or `sx.<op>`; `attrs` hold plain literals."""
 

@@ -7,7 +7,8 @@ Keras consult it:
   each replica's gradient is of its own loss, a mean over its real rows (the `mask-padding`
   pass makes Keras' means count real rows), so the batch's gradient is the sum over replicas
   of `n_i / N` times it (n_i this replica's real rows, N the batch's): the mean over the batch's
-  real rows, whatever the split, an empty replica contributing nothing;
+  real rows, whatever the split, an empty replica contributing nothing (a full batch, every
+  n_i / N = 1/R: the sum divided by R after the all-reduce, `_combine_full`);
 - `_update_metrics_variables` (`update_metrics`) updates the metrics from zero on each replica,
   with the padded rows weighted 0 and the loss weighted by the real rows, sums those
   increments across replicas by the variables' `aggregation` and adds them to the state, so
@@ -117,6 +118,8 @@ class StepContext:
                 "`model.compile(loss=...)`, or say what your loss is: "
                 "`sx.keras.set_loss_reduction(model, 'mean')` (a mean over the batch's rows) or "
                 "`'sum'` (a sum over them)")
+        if self.rows is None:  # a full batch: every w_i = 1/R, every replica has rows
+            return self._combine_full(grads, mean=reduction != "sum" and not self.prescaled)
         w, n = self.weight(data_rows)
         if reduction == "sum" or self.prescaled:
             w = jnp.ones((), jnp.float32)
@@ -128,6 +131,22 @@ class StepContext:
             return jnp.where(has_rows, g * w.astype(g.dtype), jnp.zeros((), g.dtype))
 
         grads = [share(g) for g in grads]
+        return self._sum(grads)
+
+    def _combine_full(self, grads: list, mean: bool) -> list:
+        """A full batch's gradient: the SUM of the replicas' gradients, divided by R after the
+        all-reduce for a mean loss. Each gradient goes to the collective as `jax.grad` made it
+        (no scale or select before it), so simplify-collectives can move a weight gradient's
+        transpose after the all-reduce, out of its dot (issue 34: XLA:CPU then runs that dot in
+        YNNPACK, as in GSPMD's program); the metrics' sums share its bucket."""
+        summed = self._sum(grads)
+        r = self.replica.num_replicas_in_sync
+        if not mean or r == 1:
+            return summed
+        return [None if g is None else g / jnp.asarray(r, g.dtype) for g in summed]
+
+    def _sum(self, grads: list) -> list:
+        """Every present gradient all-reduced (SUM) across the replicas; None stays None."""
         present = [g for g in grads if g is not None]
         summed = iter(self.replica.all_reduce(ReduceOp.SUM, present))
         self.grads_combined = True

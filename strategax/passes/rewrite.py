@@ -31,10 +31,19 @@ class BlockRewriter:
         self._after: dict[Operation, list[Operation]] = {}
         self._erased: set[Operation] = set()
         self._sort = False
-        self.producers: dict[Value, Operation] = {r: op for op in block.ops for r in op.results}
+        self._producers: dict[Value, Operation] | None = None
         self._users: dict[Value, list[Operation]] | None = None
 
-    # -- facts, computed once ------------------------------------------------------------------
+    # -- facts, computed once (on first use: most passes never ask) ----------------------------
+    @property
+    def producers(self) -> dict[Value, Operation]:
+        """Each value the block's ops (inserted ones included) define -> the op defining it."""
+        if self._producers is None:
+            self._producers = {r: op for op in self.block.ops for r in op.results}
+            for inserted in (*self._before.values(), *self._after.values()):
+                self._producers.update((r, o) for o in inserted for r in o.results)
+        return self._producers
+
     def users(self, v: Value) -> list[Operation]:
         """The ops of the block (as it was given) that read `v`."""
         if self._users is None:
@@ -60,9 +69,11 @@ class BlockRewriter:
     # -- visiting ------------------------------------------------------------------------------
     def ops(self) -> Iterator[Operation]:
         """The block's ops in order (erased ones skipped), each op's operands redirected first."""
+        erased, remap = self._erased, self._remap
         for op in list(self.block.ops):
-            if op not in self._erased:
-                self._redirect(op)
+            if op not in erased:
+                if remap and not remap.keys().isdisjoint(op.operands):
+                    self._redirect(op)
                 yield op
 
     def resolve(self, v: Value, user: Operation | None = None) -> Value:
@@ -141,14 +152,15 @@ class BlockRewriter:
         """Apply every edit to the block; True when anything changed."""
         if not self.changed and not self._sort:
             return False
-        out: list[Operation] = []
-        for op in self.block.ops:
-            self._emit(op, out)
+        out = self._emitted()
+        gone = {r: op for op in self._erased for r in op.results}
+        watched = self._remap.keys() | gone.keys()  # values a kept op may not read as they are
         for op in out:
-            self._redirect(op)
+            if not watched.isdisjoint(op.operands):
+                self._redirect(op)
+                self._check_unread(gone, op.operands, op)
         results = [self.resolve(v) for v in self.block.results]
-        if self._erased:
-            self._check_erased_unread(out, results)
+        self._check_unread(gone, results, None)
         self.block.ops[:] = out
         self.block.results = results
         if self._sort:
@@ -156,18 +168,13 @@ class BlockRewriter:
         return self.changed
 
     # -- internals -----------------------------------------------------------------------------
-    def _check_erased_unread(self, kept: list[Operation], results: list[Value]) -> None:
+    def _check_unread(self, gone: dict[Value, Operation], values: list[Value], user: Operation | None) -> None:
         """Refuse to erase an op whose results are still read (as xDSL's safe erase): by a kept
-        op, or by what the block yields. Raises RuntimeError naming both (a bug of the pass),
-        with the erased op as its `op`."""
-        gone = {r: op for op in self._erased for r in op.results}
-        if not gone:
-            return
-        # the message is built only for a reader found (not one string per operand of every op)
-        readers = ((v, user) for user in kept for v in user.operands if v in gone)
-        found = next(readers, None) or next(((v, None) for v in results if v in gone), None)
-        if found is not None:
-            v, user = found
+        op `user` (its operands), or by what the block yields (`user` None). Raises
+        RuntimeError naming both (a bug of the pass), with the erased op as its `op`; the
+        message is built only for a reader found."""
+        v = next((v for v in values if v in gone), None) if gone else None
+        if v is not None:
             reader = f"{_named(user)} still reads {_value(v)}" if user else f"the block still yields {_value(v)}"
             error = RuntimeError(f"a rewrite erased {_named(gone[v])}, but {reader}")
             error.op = gone[v]  # pyright: ignore[reportAttributeAccessIssue]  read by errors._op_of
@@ -176,9 +183,22 @@ class BlockRewriter:
     def _insert(self, where: dict, op: Operation, new_ops: list[Operation]) -> None:
         if new_ops:
             where.setdefault(op, []).extend(new_ops)
-            for o in new_ops:
-                self.producers.update((r, o) for r in o.results)
+            if self._producers is not None:
+                self._producers.update((r, o) for o in new_ops for r in o.results)
             self.changed = True
+
+    def _emitted(self) -> list[Operation]:
+        """The block's ops as they will be: erased ones dropped, inserted ones in place."""
+        before, after, erased = self._before, self._after, self._erased
+        if not before and not after:
+            return [op for op in self.block.ops if op not in erased]
+        out: list[Operation] = []
+        for op in self.block.ops:
+            if op in before or op in after:
+                self._emit(op, out)
+            elif op not in erased:
+                out.append(op)
+        return out
 
     def _emit(self, op: Operation, out: list[Operation]) -> None:
         for o in self._before.pop(op, ()):
@@ -189,7 +209,7 @@ class BlockRewriter:
             self._emit(o, out)
 
     def _redirect(self, op: Operation) -> None:
-        if self._remap and any(v in self._remap for v in op.operands):
+        if not self._remap.keys().isdisjoint(op.operands):
             op.operands = [self.resolve(v, op) for v in op.operands]
 
 
@@ -317,9 +337,8 @@ def blocks(blocks_in: Iterable[Block]) -> Iterator[Block]:
     """Every block given and, depth first, the regions of their ops."""
     for b in blocks_in:
         yield b
-        for op in b.ops:
-            if op.regions:
-                yield from blocks(op.regions)
+        for op in [op for op in b.ops if op.regions]:
+            yield from blocks(op.regions)
 
 
 def all_blocks(module: Module) -> list[Block]:

@@ -5,6 +5,11 @@
   of the local `reduce_sum`: each replica sends its partial sum instead of its whole piece.
 - Two all_reduces (or all_gathers) of one value with the same op (axis) are one, unless one
   asks for compression and the other does not (a variable's aggregation never is).
+- An all_reduce of a transpose (used only there) reduces the untransposed value and transposes
+  the result (exact: a reduction across replicas is elementwise). A weight gradient comes out of
+  `jax.grad` as transpose(dot_general(...)); with the transpose before the collective XLA:CPU
+  folds it into the dot, which then runs in its generic emitter instead of YNNPACK (what GSPMD's
+  partial-sum all-reduce, placed right at the dot, avoids): docs/performance.md, issue 34.
 Needs localities: run after `infer-locality`.
 """
 from __future__ import annotations
@@ -61,6 +66,40 @@ def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int)
             rw.replace(op, [new[-1].result])
 
 
+def _sink_transpose(rw: BlockRewriter, op: Operation) -> Operation:
+    """all_reduce(transpose(x)) -> transpose(all_reduce(x)) for a chain of transposes each used
+    only by the next (composed into one, none when they cancel); returns the all_reduce left.
+    Not when a piece of the result is taken (`sx.shard`): shard-optimizer-state makes that a
+    reduce-scatter, which a transpose in between would stop."""
+    if op.attrs.get("compression") or any(u.name == "sx.shard" for u in rw.users(op.result)):
+        return op
+    chain: list[Operation] = []
+    v = op.operands[0]
+    while True:
+        t = rw.producer(v)
+        if (t is None or t.name != "jax.transpose" or rw.num_uses(t.result) != 1
+                or t.operands[0].type.locality is not Locality.PER_REPLICA):
+            break
+        chain.append(t)
+        v = t.operands[0]
+    if not chain:
+        return op
+    perm = list(range(len(op.result.type.shape)))
+    for t in chain:  # outermost first: result axis i is axis perm[i] of v
+        perm = [int(t.attrs["permutation"][i]) for i in perm]
+    reduced = Operation("sx.all_reduce", [v], [Value(v.type.with_locality(op.result.type.locality), op.result.name)],
+                        dict(op.attrs), loc=op.loc)
+    new = [reduced]
+    if perm != sorted(perm):
+        new.append(Operation("jax.transpose", [reduced.result], [Value(op.result.type, op.result.name)],
+                             {**chain[0].attrs, "permutation": tuple(perm)}, loc=chain[0].loc))
+    rw.insert_before(op, new)
+    rw.replace(op, [new[-1].result])
+    for t in chain:
+        rw.erase(t)
+    return reduced
+
+
 def _gathered_sum(rw: BlockRewriter, op: Operation, seen: dict) -> None:
     """reduce_sum over the gathered axis of an all_gather used only there."""
     g = rw.producer(op.operands[0])
@@ -76,6 +115,8 @@ def _gathered_sum(rw: BlockRewriter, op: Operation, seen: dict) -> None:
 def simplify_block(rw: BlockRewriter, num_replicas: int) -> None:
     seen: dict[tuple, Value] = {}
     for op in rw.ops():
+        if op.name == "sx.all_reduce":
+            op = _sink_transpose(rw, op)
         if op.name in ("sx.all_reduce", "sx.all_gather"):
             _collective(rw, op, seen, num_replicas)
         elif op.name == "jax.reduce_sum":

@@ -6,7 +6,7 @@ from ...cluster.errors import ClusterStartError
 from ...cluster.ray import Placement, device_env, ray_module
 from .errors import ParameterServerLostError
 from .ps_actor import parameter_server_class
-from .worker_actor import Worker
+from .worker_actor import worker_class
 
 STARTUP_TIMEOUT = 600.0  # seconds for an actor to come up (it imports JAX)
 CALL_TIMEOUT = 120.0  # seconds a parameter server may take to answer before it counts as lost
@@ -17,7 +17,7 @@ class Cluster:
 
     def __init__(self, placement: Placement, timeout: float = CALL_TIMEOUT):
         self.placement, self.timeout = placement, timeout
-        ps_class = parameter_server_class()
+        ps_class, self._worker_class = parameter_server_class(), worker_class()
         self.servers = [placement.start(ps_class, "ps", i, i) for i in range(placement.num_ps)]
         self.workers = [self._start_worker(i) for i in range(placement.num_workers)]  # all start at once
         self.server_pids = self._wait([s.ready.remote() for s in self.servers], "the parameter servers")
@@ -34,8 +34,9 @@ class Cluster:
         return len(self.servers)
 
     def _start_worker(self, index: int):
-        return self.placement.start(Worker, "worker", index, index, self.placement.num_workers, self.servers,
-                                    self.timeout, env=device_env(self.placement.devices_per_worker))
+        devices = self.placement.devices_per_worker
+        return self.placement.start(self._worker_class, "worker", index, device_env(devices), devices, index,
+                                    self.placement.num_workers, self.servers, self.timeout)
 
     def _wait(self, refs: list, what: str) -> list:
         ray = ray_module()

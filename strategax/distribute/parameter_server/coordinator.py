@@ -25,6 +25,7 @@ from .strategy import ParameterServerStrategy
 from .values import Failure, PerWorkerDataset, PerWorkerValues, RemoteValue
 
 MAX_RESTARTS = 3  # times a worker is started again after it dies
+PIPELINE = 2  # functions queued at a worker at once (one runs, the next waits there)
 _CLOSURE_IDS = itertools.count()
 _STOP = object()
 
@@ -52,14 +53,54 @@ class _Work:
 
 
 def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
-    """Worker `index`'s thread: runs queued functions there until the coordinator stops or is gone."""
+    """Worker `index`'s thread: keeps up to PIPELINE functions queued at that worker (Ray runs an
+    actor's calls in order, so the next one starts as the last ends, without waiting for the
+    coordinator's round trip), hands back their results in order, until the coordinator stops
+    or is gone. A function whose arguments wait for a result not yet back is sent once the
+    functions in flight here are done (their results may be the ones it waits for)."""
     restarts = [0]
+    in_flight: collections.deque = collections.deque()  # (closure, ObjectRef of its RunOutcome)
+    held = None  # a closure taken, sent after the ones in flight
     while True:
-        closure = work.take(1.0)
-        coordinator = coordinator_ref() if closure is not _STOP else None
-        if coordinator is None or closure is not None and not coordinator._run(closure, index, restarts):
+        while held is None and len(in_flight) < PIPELINE:
+            closure = work.take(0.0 if in_flight else 1.0)
+            if closure is _STOP:
+                return
+            if closure is None:
+                break
+            if in_flight and not _arguments_ready(closure):
+                held = closure
+                break
+            if not _send(coordinator_ref, closure, index, in_flight):
+                return
+        if in_flight:
+            coordinator = coordinator_ref()
+            if coordinator is None or not coordinator._collect(index, in_flight, restarts):
+                return
+            del coordinator
+        elif held is not None:
+            closure, held = held, None
+            if not _send(coordinator_ref, closure, index, in_flight):
+                return
+        elif coordinator_ref() is None:
             return
-        del coordinator, closure
+
+
+def _send(coordinator_ref: weakref.ref, closure, index: int, in_flight: collections.deque) -> bool:
+    """Send `closure` to worker `index` (False when the coordinator is gone)."""
+    coordinator = coordinator_ref()
+    if coordinator is None:
+        return False
+    ref = coordinator._submit(closure, index)
+    if ref is not None:
+        in_flight.append((closure, ref))
+    return True
+
+
+def _arguments_ready(closure) -> bool:
+    """Whether every RemoteValue among `closure`'s arguments has its result (or failure)."""
+    leaves = jax.tree_util.tree_leaves((closure.args, closure.kwargs), is_leaf=_is_value_leaf)
+    return all(x._done.is_set() for x in leaves if isinstance(x, RemoteValue))
 
 
 @dataclass
@@ -196,18 +237,27 @@ class ClusterCoordinator:
             return x.fetch() if isinstance(x, RemoteValue) else x
         return dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
 
-    def _run(self, closure: Closure, index: int, restarts: list) -> bool:
-        """Run `closure` on worker `index`; False when that worker is lost for good."""
-        ray = ray_module()
+    def _submit(self, closure: Closure, index: int):
+        """Send `closure` to worker `index`: the ObjectRef of its RunOutcome (None when its
+        arguments cannot travel: it failed)."""
         try:
             blob = self._arguments(closure, index)
         except Exception as e:  # noqa: BLE001 - an argument that cannot travel fails its function
             self._done_with(closure, Failure.raised(e))
-            return True
+            return None
+        return self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob)
+
+    def _collect(self, index: int, in_flight: collections.deque, restarts: list) -> bool:
+        """Wait for the oldest function in flight at worker `index`; False when that worker is
+        lost for good. A dead worker gives every function it had back to the queue, in order."""
+        ray = ray_module()
+        closure, ref = in_flight.popleft()
         try:
-            outcome: RunOutcome = cast(RunOutcome, ray.get(
-                self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob)))
-        except ray.exceptions.RayActorError:  # the worker died: its function runs elsewhere
+            outcome: RunOutcome = cast(RunOutcome, ray.get(ref))
+        except ray.exceptions.RayActorError:  # the worker died: its functions run elsewhere
+            for queued, _ in reversed(in_flight):
+                self._done_with(queued, again=True)
+            in_flight.clear()
             self._done_with(closure, again=True)
             restarts[0] += 1
             if restarts[0] > MAX_RESTARTS or not self._restart(index):

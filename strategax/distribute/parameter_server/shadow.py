@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-import jax.numpy as jnp
 import numpy as np
 
 from ...variables import Variable
@@ -47,9 +46,16 @@ class RecordBuffer(VarBuffer):
         super().eager_update(kind, value)
 
     def reset(self) -> None:
-        """Back to zero for the next step (only when this one touched it)."""
+        """Back to zero for the next step (only when this one touched it): placed from the host
+        directly (no eager op: this runs once per scheduled step)."""
         if self.touched:
-            self.eager_update("assign", self.zero)
+            layout = self.layout
+            if layout is None:
+                self.eager_update("assign", self.zero)
+            elif layout.per_replica:
+                self.array = layout.assemble([np.zeros_like(self.zero)] * layout.num_local_replicas)
+            else:
+                self.array = place(np.zeros_like(self.zero), layout.sharding)
             self.touched = False
 
 
@@ -79,7 +85,7 @@ class ShadowBuffer(VarBuffer):
             self.array = layout.assemble([value if i == 0 or not first_only else zero
                                           for i in range(layout.num_local_replicas)])
         else:
-            self.array = place(jnp.array(value, copy=True), layout.sharding)
+            self.array = place(value, layout.sharding)  # `value` is this step's own copy
         self.step = self.runtime.step
 
     # --- reads and updates of the copy ---------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 from ...dialects.control_flow import region_flows
 from ...ir import Block, Module, Operation, Value
 
+_STEP_OPS = ("jax.dynamic_slice", "jax.squeeze")  # one step of a stacked input: `stacked[t]`
 _SHAPE_OPS = ("jax.broadcast_in_dim", "jax.reshape", "jax.convert_element_type", "jax.squeeze", "jax.transpose")
 
 FIX = ("make that operand from this replica's value (its shape: `jnp.ones(x.shape[0])`, `jnp.arange(...)`, "
@@ -70,10 +71,13 @@ def fixed_extent_sources(module: Module, every: list[Block],
 
 
 def _marked(every: list[Block]) -> set[Value]:
-    """The values marked `sx.rows`, and those that flow into them through a region: an input a
-    loop's body marks (a batch taken inside `sx.range` or `for x in dataset`) has its padding."""
+    """The values marked `sx.rows`, and those that flow into them through a region or that they
+    are one step of (a slice): an input a loop's body marks (the batches taken inside `sx.range`
+    or `for x in dataset`, stacked over the steps, each step sliced out) has its padding."""
     marked = {op.operands[0] for b in every for op in b.ops if op.name == "sx.rows"}
     flows = [(src, dst) for b in every for op in b.ops if op.regions for src, dst, _ in region_flows(op)]
+    flows += [(op.operands[0], op.result) for b in every for op in b.ops
+              if op.name in _STEP_OPS and op.operands and len(op.results) == 1]
     changed = True
     while changed:
         changed = False

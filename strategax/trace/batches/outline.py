@@ -11,8 +11,9 @@ iterations between `sx.loop_mark` equations (`loops.py`), and each `next(iterato
   second iteration becomes the body of one `lax.while_loop` over a step counter, so the
   program holds one copy of the step, not `n`;
 - a take outside a loop becomes the inputs of one element; a take in a loop body becomes
-  `n` elements' inputs stacked inside the program and indexed by the step counter, plus the
-  loop's step count (an input: fewer when the iterator runs out), which ends the loop.
+  its element's inputs stacked over the `n` steps (each an input of `[n, ...]`, stacked when
+  the call takes the batches: `stacking.py`) and indexed by the step counter, plus the loop's
+  step count (an input: fewer when the iterator runs out), which ends the loop.
 
 A `for x in dataset` loop (`takes.whole_loop`) that Python left before its end (`break`)
 ran its steps as plain steps: its markers are dropped and its takes are single takes.
@@ -368,12 +369,10 @@ def _run_loop(eqns, loop: _LoopBody, env: _Env, extra: Iterator, plan: Loop | No
     start, stop, step = (env.read(v) for v in begin.invars)
     start, step = int(start), int(step)
     with source_info_util.user_context(begin.source_info.traceback):
-        stacked = []  # per take of the body: its inputs, stacked over the steps
+        stacked = []  # per take of the body: its inputs, stacked over the steps (as they come in)
         if plan is not None:
             for site in plan.sites:
-                width = len(site.spec.input_types)
-                flat = [next(extra) for _ in builtins.range(plan.steps * width)]
-                stacked.append([jnp.stack(flat[p::width]) for p in builtins.range(width)])
+                stacked.append([next(extra) for _ in site.spec.input_types])
             trip = next(extra)
         else:
             count = _static_trip_count(begin)

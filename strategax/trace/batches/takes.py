@@ -32,8 +32,9 @@ from ...dialects.effects import INPUT
 from ...dialects.rows import mark_rows
 from ...errors import DistributionTypeError, DistributionValueError, OutOfRangeError, user_location
 from ...ir import Locality, TensorType
-from . import loops, streams
+from . import loops, stacking, streams
 from ..distributed_values import PerReplica, PerReplicaBatch, is_distributed
+from .host_element import HostElement, placed
 
 take_p = jex.Primitive("sx.take")
 take_p.multiple_results = True
@@ -70,6 +71,8 @@ DIFFERING = "differing shapes"  # the key of an element whose replicas' values d
 
 def element_key(element: Any) -> Any:
     """The cache key of `element`'s spec, or DIFFERING (`checked_key` raises for it)."""
+    if isinstance(element, HostElement):  # from its host copy: not placed for this
+        return element_spec(element).key
     leaves = jax.tree_util.tree_leaves(element, is_leaf=is_distributed)
     if any(getattr(x, "_global", None) is None for x in leaves):  # components of different shapes
         return DIFFERING
@@ -89,6 +92,8 @@ def checked_key(key: Any) -> Any:
 
 
 def element_spec(element: Any) -> ElementSpec:
+    if isinstance(element, HostElement):
+        return ElementSpec(element.treedef, element.types, element.rows)
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     types = tuple(x.layout.type.with_locality(Locality.PER_REPLICA) for x in leaves)
     return ElementSpec(treedef, types, _rows(leaves))
@@ -102,6 +107,7 @@ def _rows(leaves: list) -> int | None:
 def element_arrays(element: Any, spec: ElementSpec) -> list[jax.Array] | None:
     """The global arrays of an element, as `spec.input_types` lists them (the key the spec of
     `element` would have is checked on the way: one flattening per batch a call takes)."""
+    element = placed(element)
     leaves, treedef = jax.tree_util.tree_flatten(element, is_leaf=is_distributed)
     key = spec.key
     if treedef != key[0] or _rows(leaves) != key[2] or len(leaves) != len(key[1]) or any(
@@ -307,8 +313,10 @@ class Loop:
 
     @property
     def input_types(self) -> list[TensorType]:
-        """Per site, `steps` elements; then the number of steps that have batches."""
-        return [t for s in self.sites for _ in range(self.steps) for t in s.spec.input_types] + [_STEPS]
+        """Per site, each input of its element stacked over the `steps` steps (`stacking.py`);
+        then the number of steps that have batches."""
+        return [TensorType((self.steps, *t.shape), t.dtype, t.locality)
+                for s in self.sites for t in s.spec.input_types] + [_STEPS]
 
 
 @dataclass
@@ -360,7 +368,7 @@ class InputPlan:
             iterator._push_back(element)
 
     def _next(self, host: streams.Streams, site: Site, taken: list) -> tuple[Any, list[jax.Array]] | None:
-        """The next element at `site` and its arrays, or None when the stream has ended."""
+        """The next element at `site` (placed) and its arrays, or None when the stream has ended."""
         iterator = host.source(site.stream)
         element = iterator._pull()
         if element is None:
@@ -368,12 +376,21 @@ class InputPlan:
         taken.append((iterator, element))
         arrays = element_arrays(element, site.spec)
         if arrays is None:
-            raise DistributionValueError(
-                f"a batch taken by next(iterator) at {site.where} differs in structure, shape or "
-                "dtype from the one the function was compiled for",
-                "give every batch of the dataset the same structure and shapes (a partial last "
-                "batch is padded for you)")
+            raise _differs(site)
         return element, arrays
+
+    @staticmethod
+    def _next_raw(host: streams.Streams, site: Site, taken: list) -> Any:
+        """The next element at `site` for a loop, as the iterator holds it (a HostElement is not
+        placed: the loop's elements are stacked and placed together), or None at the end."""
+        iterator = host.source(site.stream)
+        element = iterator._pull(bulk=True)
+        if element is None:
+            return None
+        taken.append((iterator, element))
+        if element_key(element) != site.spec.key:
+            raise _differs(site)
+        return element
 
     def _pull(self, host: streams.Streams, layouts, taken: list, sites: list) -> list[jax.Array]:
         out: list[jax.Array] = []
@@ -386,14 +403,14 @@ class InputPlan:
                 sites.append(got[0])
                 out.extend(got[1])
                 continue
-            rows: list[list] = []  # per step, one element's arrays per site
+            rows: list[list] = []  # per step, one element per site
             while len(rows) < seg.steps:
                 row = []
                 for site in seg.sites:
-                    got = self._next(host, site, taken)
+                    got = self._next_raw(host, site, taken)
                     if got is None:
                         break
-                    row.append(got[1])
+                    row.append(got)
                 if len(row) < len(seg.sites):  # ran out mid-step: that step does not run
                     for _ in row:
                         iterator, element = taken.pop()
@@ -405,9 +422,9 @@ class InputPlan:
                     f"the sx.range loop at {seg.where}: the input iterator has no batch left",
                     _END_FIX, location=user_location())
             full = rows + [rows[-1]] * (seg.steps - len(rows))  # unused slots repeat the last batch
-            for k in range(len(seg.sites)):
-                for row in full:
-                    out.extend(row[k])
+            for k, site in enumerate(seg.sites):
+                width = len(site.spec.input_types)
+                out.extend(_stacked(site, [row[k] for row in full], layouts[len(out):len(out) + width]))
             out.append(self._steps_array(len(rows), layouts[len(out)]))
         return out
 
@@ -416,3 +433,28 @@ class InputPlan:
         if array is None:
             array = self._steps[steps] = jax.device_put(jnp.int32(steps), layout.sharding)
         return array
+
+
+def _differs(site: Site) -> DistributionValueError:
+    return DistributionValueError(
+        f"a batch taken by next(iterator) at {site.where} differs in structure, shape or "
+        "dtype from the one the function was compiled for",
+        "give every batch of the dataset the same structure and shapes (a partial last "
+        "batch is padded for you)")
+
+
+def _stacked(site: Site, elements: list, layouts: Sequence) -> list[jax.Array]:
+    """The inputs of `site` for a loop taking `elements` (one per step), stacked over the steps:
+    from the host copies with one transfer per input when every element has one, else on the
+    devices from the placed arrays."""
+    shapes = [t.shape for t in site.spec.input_types]
+    n = layouts[0].num_replicas
+    shardings = [lay.sharding for lay in layouts]
+    if stacking.all_host(elements):
+        arrays = stacking.put_host(stacking.host_stacked(elements, shapes, n), shardings)
+        if arrays is not None:
+            return arrays
+    columns = [element_arrays(e, site.spec) for e in elements]
+    if any(c is None for c in columns):
+        raise _differs(site)
+    return stacking.device_stacked([list(g) for g in zip(*columns)], shapes, n, shardings)
