@@ -14,11 +14,11 @@ effects, AD, batching, lowering and reference rules side by side (as JAX's
 """
 from . import bucket, collectives, control_flow, jax_attrs, jax_ops, logical, rows, variables
 from .jax_attrs import AttrError, from_attr, to_attr
-from .jax_ops import INLINED_PRIMITIVES, DERIVED_PARAMS, generic_lowering, generic_reference
+from .jax_ops import INLINED_PRIMITIVES, DERIVED_PARAMS, bind_params, generic_lowering, generic_reference
 from .primitives import find_primitive, register_primitive
 from .registry import LOWERINGS, REFERENCE
 
-__all__ = ["AttrError", "DERIVED_PARAMS", "INLINED_PRIMITIVES", "LOWERINGS", "REFERENCE", "bucket",
+__all__ = ["AttrError", "DERIVED_PARAMS", "INLINED_PRIMITIVES", "LOWERINGS", "REFERENCE", "bind_params", "bucket",
            "collectives", "control_flow", "find_primitive", "from_attr", "generic_lowering",
            "generic_reference", "jax_attrs", "jax_ops", "logical", "register_primitive", "rows",
            "to_attr", "variables"]
