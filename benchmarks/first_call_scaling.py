@@ -12,7 +12,9 @@ compiled the same program into a cache folder of its own), with the split:
 Each figure is the median over --rounds fresh processes, the two sides alternating; the
 machine these ran on is shared, so compare ratios, and the ratio of the first calls' CPU time
 (`time.process_time`: every thread of the process), which other jobs disturb least. Prints
-one line per size and mode.
+two lines per size and mode: wall seconds, then CPU seconds split at JAX's own events (own:
+strategax's trace + import + passes, or jax.jit's trace; lower: up to the StableHLO module,
+strategax's interpreter trace included; xla; run: the first run and the rest of the call).
 
 Run: python benchmarks/first_call_scaling.py [--layers 2 8 32] [--rounds 3] [--modes cold warm]
      [--device auto|cpu|gpu]
