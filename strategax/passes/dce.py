@@ -15,7 +15,7 @@ def dce_block(block: Block) -> bool:
     live = set(block.results)
     changed = False
     for op in reversed(block.ops):
-        if not may_write(op) and not any(r in live for r in op.results):
+        if live.isdisjoint(op.results) and not may_write(op):
             rw.erase(op)
             continue
         for region in op.regions:

@@ -325,10 +325,11 @@ def freeze(value: Any) -> Any:
 def op_key(op: Operation) -> tuple:
     """Two ops with equal keys compute the same values (for ops without regions or effects)."""
     attrs = tuple(op.attrs.items())
-    try:
-        hash(attrs)  # plain literals (the common case) hash as they are
-    except TypeError:
-        attrs = freeze(op.attrs)
+    if attrs:
+        try:
+            hash(attrs)  # plain literals (the common case) hash as they are
+        except TypeError:
+            attrs = freeze(op.attrs)
     return (op.name, tuple(op.operands), attrs, tuple([(r.type.shape, r.type.dtype) for r in op.results]))
 
 
