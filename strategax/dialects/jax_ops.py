@@ -40,18 +40,24 @@ def verify_generic(op: Operation) -> str | None:
     """JAX's own abstract evaluation of the primitive on the op's operand types and attributes:
     the attributes are the parameters it needs, of the kinds it needs (a missing or ill-formed
     one is reported here, before any pass reads it), and the results have the types it gives."""
-    key = (op.name, tuple((v.type.shape, v.type.dtype) for v in op.operands),
-           tuple((k, type(v), v) for k, v in op.attrs.items()))
+    key = (op.name, tuple([(v.type.shape, v.type.dtype) for v in op.operands]),
+           tuple([(k, type(v), v) for k, v in op.attrs.items()]),
+           tuple([(r.type.shape, r.type.dtype) for r in op.results]))
     try:
-        outcome = _EVALUATED.get(key)
+        if key in _VERIFIED:
+            return None
     except TypeError:  # an unhashable attribute (a list, an array): evaluate every time
-        key = outcome = None
-    if outcome is None:
-        outcome = _abstract_eval(op)
-        if key is not None:
-            if len(_EVALUATED) >= 4096:
-                _EVALUATED.clear()
-            _EVALUATED[key] = outcome
+        key = None
+    problem = _results_problem(op, _abstract_eval(op))
+    if problem is None and key is not None:
+        if len(_VERIFIED) >= 4096:
+            _VERIFIED.clear()
+        _VERIFIED.add(key)
+    return problem
+
+
+def _results_problem(op: Operation, outcome: "tuple | str") -> str | None:
+    """Why `op`'s results are not what JAX's evaluation gave (`outcome`, or its problem)."""
     if isinstance(outcome, str):
         return outcome
     if len(outcome) != len(op.results):
@@ -63,9 +69,9 @@ def verify_generic(op: Operation) -> str | None:
     return None
 
 
-# (name, operand types, attributes) -> the result (shape, dtype)s, or the problem; most ops of
-# a program repeat a few signatures, so verifying a large module costs little more than a small one
-_EVALUATED: dict[tuple, "tuple | str"] = {}
+# (name, operand types, attributes, result types) of the ops that verified; most ops of a
+# program repeat a few signatures, so verifying a large module costs little more than a small one
+_VERIFIED: set[tuple] = set()
 
 
 def _abstract_eval(op: Operation) -> "tuple[tuple[tuple[int, ...], np.dtype], ...] | str":

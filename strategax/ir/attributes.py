@@ -17,6 +17,7 @@ still holds the object) and is a located ParseError in any other.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -63,8 +64,13 @@ def format_float(x: float) -> str:
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
+_PLAIN = re.compile(r'[^\\"\x00-\x1f\x7f]*\Z')  # nothing to escape
+
+
 def format_string(s: str) -> str:
     """A double-quoted string; control characters escaped as \\n, \\t, \\r or \\xNN."""
+    if _PLAIN.match(s):
+        return f'"{s}"'
     out = []
     for ch in s:
         if ch in _ESCAPES:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from itertools import islice
+from operator import itemgetter
 
 import numpy as np
 
@@ -25,6 +27,7 @@ _TOKEN = re.compile(r"""
  | (?P<bad>.)
  | (?P<eof>\Z))
 """.replace("DTYPE_NAMES", "|".join(sorted(DTYPES, key=len, reverse=True))), re.VERBOSE | re.DOTALL)
+_KIND = itemgetter(0)  # a token's kind
 INT = re.compile(r"-?\d+\Z")
 LOCALITIES = {loc.value: loc for loc in Locality}
 INT_BITS = 64  # integer literals hold i64 and u64 values
@@ -85,23 +88,19 @@ class Tokens:
         token starts with raises when the parser needs a token at or after it."""
         if j < 0:
             raise RuntimeError(f"internal error: the parser went back to released token {j + self._base}")
-        buf, text, want = self._buf, self.text, j + self.CHUNK
-        append = buf.append
+        buf, text = self._buf, self.text
         if not self._done and self._bad is None:
-            for m in self._matches:
-                kind = m.lastgroup
-                assert kind is not None  # every alternative of the pattern is a named group
-                if kind == "eof":
-                    self._done = True
-                    append(("eof", "", len(text)))
-                    break
-                if kind == "bad":
-                    self._bad = ParseError(f"unexpected character {m.group(kind)!r}", text, m.start(kind),
-                                           self.filename)
-                    break
-                append((kind, m.group(kind), m.start(kind)))
-                if len(buf) > want:
-                    break
+            # one comprehension per chunk (the eof token, an empty match at the end, comes last);
+            # every alternative of the pattern is a named group, so `lastgroup` is never None
+            chunk = [(k, m[k], m.start(k)) for m in islice(self._matches, j + self.CHUNK + 1 - len(buf))
+                     for k in [m.lastgroup or "eof"]]
+            if "bad" in map(_KIND, chunk):
+                at = next(n for n, tok in enumerate(chunk) if tok[0] == "bad")
+                self._bad = ParseError(f"unexpected character {chunk[at][1]!r}", text, chunk[at][2], self.filename)
+                del chunk[at:]
+            elif not chunk or chunk[-1][0] == "eof":
+                self._done = True
+            buf += chunk
         if j >= len(buf):
             if self._bad is not None:
                 raise self._bad

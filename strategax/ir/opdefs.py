@@ -22,13 +22,12 @@ LocalityRule = Callable[[Operation, Sequence[Locality]], Sequence[Locality]]
 # same program, so an unused collective may go and two equal ones may merge.
 READS_VARIABLE = "reads_variable"
 WRITES_VARIABLE = "writes_variable"
+_WRITES = frozenset({WRITES_VARIABLE})
 
 
 def join_operands(op: Operation, localities: Sequence[Locality]) -> list[Locality]:
     """Default locality: per_replica if any operand is, else mirrored."""
-    loc = Locality.MIRRORED
-    for x in localities:
-        loc = loc.join(x)
+    loc = Locality.PER_REPLICA if Locality.PER_REPLICA in localities else Locality.MIRRORED
     return [loc] * len(op.results)
 
 
@@ -119,10 +118,10 @@ MODULE_ATTRS: dict[str, Attr] = {  # the known module attributes (others are all
 def op_effects(op: Operation) -> frozenset[str]:
     """What `op` does beyond computing its results: its declared effects and those of the ops
     in its regions. An op that returns nothing exists for its effect: it writes."""
-    opdef = lookup(op.name)
-    effects = opdef.effects if opdef is not None else frozenset({WRITES_VARIABLE})
+    opdef = OP_DEFS.get(op.name) or lookup(op.name)
+    effects = opdef.effects if opdef is not None else _WRITES
     if not op.results:
-        effects = effects | {WRITES_VARIABLE}
+        effects = effects | _WRITES
     for region in op.regions:
         for inner in region.ops:
             effects = effects | op_effects(inner)

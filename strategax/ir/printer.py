@@ -46,6 +46,7 @@ class _Printer:
         self.lines: list[str] = []
         self.names = _Names()
         self.op_lines = op_lines  # filled with id(op) -> 0-based line index when given
+        self.files: dict[str, str] = {}  # a location's file -> its quoted text
 
     def block_header(self, block: Block) -> str:
         return ", ".join(f"{self.names.define(a)}: {a.type}" for a in block.args)
@@ -74,7 +75,10 @@ class _Printer:
         if op.results:
             text += " : " + ", ".join(str(r.type) for r in op.results)
         if op.loc is not None:
-            text += f" loc({format_string(op.loc.file)}:{op.loc.line})"
+            file = self.files.get(op.loc.file)
+            if file is None:
+                file = self.files[op.loc.file] = format_string(op.loc.file)
+            text += f" loc({file}:{op.loc.line})"
         self.lines.append(text)
 
     def func(self, f: Func, indent: str) -> None:

@@ -121,7 +121,7 @@ class Reader:
             ty = self.types.get(text)
             if ty is None:
                 ty = self.types[text] = self.sized(whole_type(text), pos)
-            return self.parse_type_suffix(ty)
+            return self.parse_type_suffix(ty) if self.toks[self.i][0] == "ident" else ty
         _, name, pos = self.expect(kind="ident")
         if name not in DTYPES:
             raise self.error(f"unknown dtype {name!r}", pos)
@@ -177,18 +177,31 @@ class Reader:
         return parse(self, text, pos)
 
     def parse_attr_dict(self, positions: dict[str, int] | None = None) -> dict[str, Any]:
-        """`{k = v, ...}`; `positions`, when given, receives each value's offset."""
+        """`{k = v, ...}` (a trailing comma allowed); `positions`, when given, receives each
+        value's offset. Tokens are read directly; a wrong one is reported by `expect`."""
         self.expect("{")
         attrs: dict[str, Any] = {}
-
-        def entry() -> None:
-            _, key, pos = self.expect(kind="ident")
+        toks = self.toks
+        while True:
+            toks.release(self.i)
+            kind, key, pos = toks[self.i]
+            if kind != "ident":
+                if key == "}" and kind == "punct":
+                    break
+                self.expect(kind="ident")
             if key in attrs:
                 raise self.error(f"attribute {key!r} given twice", pos)
-            self.expect("=")
+            self.i += 1
+            kind, text, pos = toks[self.i]
+            if text != "=" or kind != "punct":
+                self.expect("=")
+            self.i += 1
             if positions is not None:
-                positions[key] = self.pos()
+                positions[key] = toks[self.i][2]
             attrs[key] = self.parse_attr()
-
-        self.comma_list("}", entry)
+            kind, text, _ = toks[self.i]
+            if text != "," or kind != "punct":
+                break
+            self.i += 1
+        self.expect("}")
         return attrs

@@ -80,9 +80,13 @@ class TensorType:
         return self.shape == other.shape and self.dtype == other.dtype
 
     def __str__(self) -> str:
-        text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
-        text = f"{text} {self.locality.value}" if self.locality else text
-        return f"{text} {self.sharding}" if self.sharding is not None else text
+        text = self.__dict__.get("_text")  # remembered: a printed module repeats a few types
+        if text is None:
+            text = f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+            text = f"{text} {self.locality.value}" if self.locality else text
+            text = f"{text} {self.sharding}" if self.sharding is not None else text
+            object.__setattr__(self, "_text", text)
+        return text
 
     @classmethod
     def of(cls, aval, locality: Locality | None = None) -> "TensorType":

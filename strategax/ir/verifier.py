@@ -24,16 +24,21 @@ def _error(module: Module, op: Operation, message: str) -> VerifyError:
 
 def op_problem(op: Operation, opdef: OpDef) -> tuple[str, str | None] | None:
     """Arity, attributes and the op's own check: (message, offending attribute or None), or None."""
-    for kind, want, got in (("operands", opdef.num_operands, len(op.operands)),
-                            ("results", opdef.num_results, len(op.results)),
-                            ("regions", opdef.num_regions, len(op.regions))):
-        if want is not None and want != got:
-            return f"expects {want} {kind}, has {got}", None
-    problem = attrs_problem(op.attrs, opdef.attrs, strict=not opdef.open_attrs)
+    problem = (_count_problem("operands", opdef.num_operands, op.operands)
+               or _count_problem("results", opdef.num_results, op.results)
+               or _count_problem("regions", opdef.num_regions, op.regions))
+    if problem is None and opdef.attrs is not None:
+        problem = attrs_problem(op.attrs, opdef.attrs, strict=not opdef.open_attrs)
     if problem is None and opdef.verify is not None:
         message = opdef.verify(op)
         problem = (message, None) if message else None
     return problem
+
+
+def _count_problem(kind: str, want: int | None, items: list) -> tuple[str, None] | None:
+    if want is None or want == len(items):
+        return None
+    return f"expects {want} {kind}, has {len(items)}", None
 
 
 def verify_op_shape(op: Operation, opdef: OpDef) -> str | None:

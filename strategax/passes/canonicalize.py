@@ -22,6 +22,8 @@ def _all_equal(c: np.ndarray | Splat, x) -> bool:
     """Whether the constant `c` has elements and all equal `x` (a splat is read, not built)."""
     if isinstance(c, Splat):
         return c.size > 0 and bool(c.value == x)
+    if c.size == 1:  # a scalar (the common case) compared without building an array
+        return bool(c.item() == x)
     return c.size > 0 and bool((c == x).all())
 
 

@@ -329,8 +329,7 @@ def op_key(op: Operation) -> tuple:
         hash(attrs)  # plain literals (the common case) hash as they are
     except TypeError:
         attrs = freeze(op.attrs)
-    return (op.name, tuple(op.operands), attrs,
-            tuple((r.type.shape, r.type.dtype) for r in op.results))
+    return (op.name, tuple(op.operands), attrs, tuple([(r.type.shape, r.type.dtype) for r in op.results]))
 
 
 def blocks(blocks_in: Iterable[Block]) -> Iterator[Block]:
