@@ -33,6 +33,10 @@ from strategax.trace import function as _function  # noqa: E402
 jax.config.update("jax_enable_x64", False)
 
 REFERENCE_OP_LIMIT = 400
+if os.environ.get("STRATEGAX_TEST_REFERENCE") == "eager":  # to measure what the NumPy rules save (docs/testing.md)
+    from strategax.backends import reference as _reference
+
+    _reference.numpy_reference = lambda op, args, num_replicas: None  # every generic op in eager JAX
 
 
 def here() -> int:
