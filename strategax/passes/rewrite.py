@@ -155,7 +155,7 @@ class BlockRewriter:
         out = self._emitted()
         gone = {r: op for op in self._erased for r in op.results}
         watched = self._remap.keys() | gone.keys()  # values a kept op may not read as they are
-        for op in out:
+        for op in out if watched else ():
             if not watched.isdisjoint(op.operands):
                 self._redirect(op)
                 self._check_unread(gone, op.operands, op)
