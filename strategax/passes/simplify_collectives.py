@@ -71,7 +71,7 @@ def _sink_transpose(rw: BlockRewriter, op: Operation) -> Operation:
     only by the next (composed into one, none when they cancel); returns the all_reduce left.
     Not when a piece of the result is taken (`sx.shard`): shard-optimizer-state makes that a
     reduce-scatter, which a transpose in between would stop."""
-    if op.attrs.get("compression") or any(u.name == "sx.shard" for u in rw.users(op.result)):
+    if op.attrs.get("compression"):
         return op
     chain: list[Operation] = []
     v = op.operands[0]
@@ -82,7 +82,7 @@ def _sink_transpose(rw: BlockRewriter, op: Operation) -> Operation:
             break
         chain.append(t)
         v = t.operands[0]
-    if not chain:
+    if not chain or any(u.name == "sx.shard" for u in rw.users(op.result)):  # users: only when needed
         return op
     perm = list(range(len(op.result.type.shape)))
     for t in chain:  # outermost first: result axis i is axis perm[i] of v
