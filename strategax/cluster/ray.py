@@ -5,6 +5,7 @@ and placing a job's tasks (worker and parameter-server actors) on its nodes; a
 Ray is imported here, lazily (importing strategax never imports it), and in the actors."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -55,12 +56,46 @@ def connect(address: str | None, init_kwargs: dict | None = None) -> None:
         return
     kwargs: dict[str, Any] = dict(LOCAL if address is None else {}, **(init_kwargs or {}))
     try:
-        ray.init(address="local" if address is None else address, **kwargs)
+        with _lean_local_node(address is None and not kwargs.get("include_dashboard")
+                              and not kwargs.get("log_to_driver", True)):
+            ray.init(address="local" if address is None else address, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as e:
         where = "a local Ray cluster" if address is None else f"the Ray cluster at {address!r}"
         raise ClusterStartError(f"could not start or join {where}: {str(e).splitlines()[0][:300]}",
                                 "start Ray on every machine first (`ray start --head` on one, "
                                 "`ray start --address=HEAD:6379` on the others), or pass address=None") from e
+
+
+@contextlib.contextmanager
+def _lean_local_node(lean: bool):
+    """While a local cluster without dashboard and without workers' output in the driver's
+    starts: skip the three head processes that then serve nothing (the dashboard's API server,
+    which `include_dashboard=False` still starts for usage statistics and which `ray.init` waits
+    about a second for; the autoscaler's monitor, with nothing to scale on one machine; the log
+    monitor, which only forwards workers' output to drivers). Each costs a Python process start
+    (about 0.5 s of CPU) while the cluster comes up. Ray has no public option for them, so this
+    sets its private ones for the duration of `ray.init`, and does nothing where they changed."""
+    try:
+        from ray._private.node import Node
+        from ray._private.parameter import RayParams
+    except ImportError:
+        lean = False
+    if not lean or not all(hasattr(c, m) for c, m in ((Node, "start_api_server"), (RayParams, "__init__"))):
+        yield
+        return
+    params_init, start_api_server = RayParams.__init__, Node.start_api_server
+
+    def lean_params(self, *args, **kwargs):
+        params_init(self, *args, **kwargs)
+        self.no_monitor, self.include_log_monitor = True, False
+
+    RayParams.__init__ = lean_params
+    Node.start_api_server = lambda self, **kwargs: None
+    try:
+        yield
+    finally:
+        RayParams.__init__ = params_init
+        Node.start_api_server = start_api_server
 
 
 def device_env(devices_per_worker: int | None) -> dict[str, str]:
