@@ -9,24 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_multi_step import GLOBAL_BATCH, LR, linear_model
+from test_multi_step import batches as global_batches
 
 import strategax as sx
 from strategax.backends import transfer
 from strategax.trace.batches.host_element import HostElement
 
-GLOBAL_BATCH, LR, STEPS = 8, 0.1, 5
-
-
-def data(n_examples: int):
-    i = np.arange(n_examples, dtype=np.float32)
-    x = np.stack([np.sin(i), np.cos(i), i / 100], axis=1).astype(np.float32)
-    y = (2 * x[:, 0] - x[:, 1] + 0.5 * x[:, 2] + 0.1).astype(np.float32)
-    return x, y
-
-
-def global_batches(n_examples: int):
-    x, y = data(n_examples)
-    return [(x[k:k + GLOBAL_BATCH], y[k:k + GLOBAL_BATCH]) for k in range(0, n_examples, GLOBAL_BATCH)]
+STEPS = 5
 
 
 @jax.jit
@@ -46,19 +36,7 @@ def reference(batches):
 
 
 def model(st):
-    with st.scope():
-        w, b = sx.Variable(jnp.zeros(3)), sx.Variable(0.0)
-
-    def step(inputs):
-        x, y = inputs
-
-        def loss_fn(w_, b_):
-            return sx.nn.compute_average_loss((x @ w_ + b_ - y) ** 2, global_batch_size=GLOBAL_BATCH)
-        loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1))(w.read_value(), b.read_value())
-        gw, gb = sx.get_replica_context().all_reduce("SUM", grads)
-        w.assign_sub(LR * gw)
-        b.assign_sub(LR * gb)
-        return loss
+    w, b, step = linear_model(st)
 
     @st.function
     def train(iterator):
