@@ -8,8 +8,10 @@ than wall time: XLA's compile of the lowered program (`lowered.compile()`; the h
 step's is compiled before, between and after the strategax variants and its median is the
 reference) and a step (medians of rounds that alternate each variant with the hand-written step).
 
+On a GPU the step figures are wall time (the host only queues the work there).
+
 Run: python benchmarks/bucket_size.py [--layers 8] [--steps 10] [--rounds 5] [--only NAME ...]
-     [--device auto|cpu|gpu]
+     [--size small|xl] [--device auto|cpu|gpu]
 """
 import os
 import sys
@@ -33,14 +35,16 @@ import transformer_lm as lm  # noqa: E402
 
 
 def cpu_timed(fn, n: int) -> float:
-    """CPU seconds of the process per call of `fn` over `n` calls."""
+    """Seconds per call of `fn` over `n` calls: the process's CPU time on the CPU platform; wall
+    time on a GPU, where the host only queues the work."""
+    clock = time.perf_counter if device.platform() == "gpu" else time.process_time
     jax.block_until_ready(fn())
-    start = time.process_time()
+    start = clock()
     out = None
     for _ in range(n):
         out = fn()
     jax.block_until_ready(out)
-    return (time.process_time() - start) / n
+    return (clock() - start) / n
 
 ONE_BUFFER = 1 << 50  # larger than any model: every gradient in one bucket
 VARIANTS = [("one buffer", ONE_BUFFER), ("100 MB", 100 << 20), ("25 MB", 25 << 20), ("4 MB", 4 << 20),
@@ -55,11 +59,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timing round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", nargs="+", choices=[name for name, _ in VARIANTS], help="these variants only")
+    lm.add_argument(parser)
     args = parser.parse_args()
     variants = [v for v in VARIANTS if not args.only or v[0] in args.only]
     devices = device.devices()
     strategy, mesh = sx.MirroredStrategy(devices), Mesh(np.array(devices), ("r",))
-    model, params, pieces, gx, gy, jparams = lm.setup(strategy, mesh, args.layers)
+    model, params, pieces, gx, gy, jparams = lm.setup(strategy, mesh, args.layers, args.size)
 
     def compile_cpu(lowered) -> float:
         """CPU seconds of XLA compiling `lowered`."""
@@ -103,9 +108,10 @@ def main() -> None:
             jstep, jp, secs = jax_variant()
             jax_compiles.append(secs)
     ref = statistics.median(jax_compiles)
-    print(f"Transformer LM, {args.layers} layers x {lm.WIDTH}, sequence {lm.SEQ}, {len(devices)} replicas; "
+    print(device.describe(devices))
+    print(f"Transformer LM, {args.layers} layers, {lm.SIZES[args.size].describe()}, {len(devices)} replicas; "
           f"jax.jit XLA compile {ref:.2f} CPU s (runs {', '.join(f'{c:.2f}' for c in jax_compiles)})")
-    print(f"{'bucket':>12} {'collectives':>11} {'XLA compile CPU s':>17} {'/ jax.jit':>9} {'step CPU ms':>11} "
+    print(f"{'bucket':>12} {'collectives':>11} {'XLA compile CPU s':>17} {'/ jax.jit':>9} {'step ms':>11} "
           f"{'step / jax.jit':>14}")
     for name, (count, secs, ratio, ms) in results.items():
         print(f"{name:>12} {count:>11} {secs:>17.2f} {secs / ref:>9.2f} {ms:>11.2f} {ratio:>14.3f}", flush=True)

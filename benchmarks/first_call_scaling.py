@@ -16,8 +16,10 @@ two lines per size and mode: wall seconds, then CPU seconds split at JAX's own e
 strategax's trace + import + passes, or jax.jit's trace; lower: up to the StableHLO module,
 strategax's interpreter trace included; xla; run: the first run and the rest of the call).
 
+`--size xl` is issue 24's GPU size (8 layers x 1024, sequence 512, bfloat16 compute).
+
 Run: python benchmarks/first_call_scaling.py [--layers 2 8 32] [--rounds 3] [--modes cold warm]
-     [--device auto|cpu|gpu]
+     [--size small|xl] [--device auto|cpu|gpu]
 """
 import os
 import sys
@@ -48,11 +50,11 @@ TRACE, TO_MLIR, COMPILE = ("/jax/core/compile/jaxpr_trace_duration",
                            "/jax/core/compile/backend_compile_duration")
 
 
-def one(which: str, layers: int, cache: str) -> dict:
+def one(which: str, layers: int, cache: str, size: str) -> dict:
     """One first call in this (fresh) process; its phases in seconds."""
     devices = device.devices()
     strategy, mesh = sx.MirroredStrategy(devices), Mesh(np.array(devices), ("r",))
-    model, params, pieces, gx, gy, jparams = lm.setup(strategy, mesh, layers)
+    model, params, pieces, gx, gy, jparams = lm.setup(strategy, mesh, layers, size)
     if which == "jax" and cache != "0":  # the same cache rule strategax uses: every program written
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -122,6 +124,7 @@ def cpu_split(marks: list[tuple[str, float]], start: float, total: float, own_en
 
 
 def fresh(which: str, layers: int, cache: str, extra: list[str]) -> dict:
+    """One first call in a fresh process; its phases."""
     env = dict(os.environ, STRATEGAX_COMPILATION_CACHE=cache)
     out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", which, "--layers", str(layers),
                           "--cache", cache, *extra], env=env, capture_output=True, text=True, check=False)
@@ -140,15 +143,16 @@ def main() -> None:
     parser.add_argument("--layers", type=int, nargs="+", default=[2, 8, 32])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", nargs="+", choices=["cold", "warm"], default=["cold", "warm"])
+    lm.add_argument(parser)
     parser.add_argument("--one", choices=["sx", "jax"], help=argparse.SUPPRESS)
     parser.add_argument("--cache", default="0", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.layers[0], args.cache)))
+        print(json.dumps(one(args.one, args.layers[0], args.cache, args.size)))
         return
-    extra = ["--device", args.device, "--cpu-devices", str(args.cpu_devices)]
-    print(f"Transformer LM, width {lm.WIDTH}, sequence {lm.SEQ}, {lm.ROWS} rows per replica; "
-          f"medians of {args.rounds} fresh processes each")
+    extra = ["--device", args.device, "--cpu-devices", str(args.cpu_devices), "--size", args.size]
+    print(device.describe(device.devices()))
+    print(f"Transformer LM, {lm.SIZES[args.size].describe()}; medians of {args.rounds} fresh processes each")
     for layers in args.layers:
         for mode in args.modes:
             folders = {w: tempfile.mkdtemp(prefix=f"fcs-{w}-") for w in ("sx", "jax")} if mode == "warm" else {}

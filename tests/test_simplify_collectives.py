@@ -53,32 +53,44 @@ def test_reductions_of_mirrored_values_need_no_communication():
     assert step.ir(x, w, stage="traced").count("sx.all_reduce") == 4
 
 
-def test_transposed_gradient_is_reduced_before_its_transpose():
-    # Intent: jax.grad of x @ w is transpose(dot_general(ct, x)); its all_reduce runs before
-    # the transpose (issue 34: XLA:CPU otherwise folds the transpose into the dot and leaves it
-    # to its generic emitter); the numbers are the mean of the replicas' gradients (NumPy).
+def test_transposed_gradient_is_reduced_before_its_transpose_where_xla_runs_a_matmul():
+    # Intent: jax.grad of x @ w is transpose(dot_general(ct, x)). With x of rank 3 (a sequence
+    # model's Dense layer) XLA makes that dot a [M,K]x[K,N] product and YNNPACK runs it only if
+    # the transpose comes after the all_reduce (issue 34); with x of rank 2 (an MLP's) XLA runs
+    # the dot in its generic emitter in either order and a transpose after the all_reduce would
+    # only cost a copy (issue 36), so it stays. Numbers: the mean / sum of the replicas'
+    # gradients (NumPy).
+    import re
+
     import jax
     import jax.numpy as jnp
     strategy = sx.MirroredStrategy()
     n = strategy.num_replicas_in_sync
     rng = np.random.default_rng(0)
-    pieces = [rng.standard_normal((5, 3)).astype(np.float32) for _ in range(n)]
+    pieces = [rng.standard_normal((2, 5, 3)).astype(np.float32) for _ in range(n)]
     w = rng.standard_normal((3, 4)).astype(np.float32)
 
     def fn(x, w):
-        g = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w)
         ctx = sx.get_replica_context()
-        y = jnp.transpose(jnp.transpose(x.reshape(5, 3, 1) * w[:, :2], (1, 0, 2)), (2, 1, 0))
-        return ctx.all_reduce("MEAN", g), ctx.all_reduce("SUM", y)  # y: two transposes, composed
+        g3 = jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w)))(w)
+        g2 = jax.grad(lambda w: jnp.sum(jnp.tanh(x.reshape(10, 3) @ w)))(w)
+        return ctx.all_reduce("MEAN", g3), ctx.all_reduce("SUM", g2)
 
     step = strategy.function(lambda x, w: strategy.run(fn, args=(x, w)))
     x = per_replica(strategy, pieces)
-    out, summed = (np.asarray(v.values[0]) for v in step(x, w))
-    expected = np.mean([p.T @ (1 - np.tanh(p @ w) ** 2) for p in pieces], axis=0)
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
-    y = sum((p.reshape(5, 3, 1) * w[:, :2]).transpose(1, 0, 2).transpose(2, 1, 0) for p in pieces)
-    np.testing.assert_allclose(summed, y, rtol=1e-5, atol=1e-5)
-    final = step.ir(x, w)
-    reduced = final.index("sx.all_reduce")
-    assert final.count("jax.transpose") == 2 and final.index("jax.transpose") > reduced, final
-    assert "f32[4,3] mirrored" in final[reduced:].splitlines()[0]  # the dot's own result
+    mean3, sum2 = (np.asarray(v.values[0]) for v in step(x, w))
+    grads = [p.reshape(10, 3).T @ (1 - np.tanh(p.reshape(10, 3) @ w) ** 2) for p in pieces]
+    np.testing.assert_allclose(mean3, np.mean(grads, axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sum2, np.sum(grads, axis=0), rtol=1e-5, atol=1e-5)
+    reduced = [line for line in step.ir(x, w).splitlines() if "sx.all_reduce" in line]
+    assert len(reduced) == 2, reduced
+    mean_line, = (line for line in reduced if '"mean"' in line)
+    sum_line, = (line for line in reduced if '"sum"' in line)
+    assert ": f32[4,3] mirrored" in mean_line, mean_line  # the dot's own [out, in] result
+    assert ": f32[3,4] mirrored" in sum_line, sum_line  # the transposed gradient, as traced
+    # What XLA:CPU made of it: both weight gradients' dots (rank 3: YNNPACK, rank 2: generic)
+    # with no transposed copy of the rank-2 one after its all-reduce.
+    hlo = step.hlo(x, w)
+    entry = hlo[hlo.index("\nENTRY"):]
+    assert len(re.findall(r"= f32\[3,4\]\{1,0\} dot\(", entry)) == 1, entry  # rank 2, generic, [in, out]
+    assert not re.search(r"= f32\[4,3\]\S* dot\(", entry), entry  # rank 3 in a YNNPACK fusion

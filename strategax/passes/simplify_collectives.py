@@ -5,11 +5,15 @@
   of the local `reduce_sum`: each replica sends its partial sum instead of its whole piece.
 - Two all_reduces (or all_gathers) of one value with the same op (axis) are one, unless one
   asks for compression and the other does not (a variable's aggregation never is).
-- An all_reduce of a transpose (used only there) reduces the untransposed value and transposes
-  the result (exact: a reduction across replicas is elementwise). A weight gradient comes out of
-  `jax.grad` as transpose(dot_general(...)); with the transpose before the collective XLA:CPU
-  folds it into the dot, which then runs in its generic emitter instead of YNNPACK (what GSPMD's
-  partial-sum all-reduce, placed right at the dot, avoids): docs/performance.md, issue 34.
+- An all_reduce of a transpose (used only there) of a dot that XLA runs as a plain matrix product
+  reduces the dot's result and transposes after (exact: a reduction across replicas is
+  elementwise). A weight gradient comes out of `jax.grad` as transpose(dot_general(...)); before
+  the collective, XLA folds that transpose into the dot by swapping its operands, which takes a
+  [M,K]x[K,N] product out of the form XLA:CPU's YNNPACK runs (GSPMD's partial-sum all-reduce,
+  placed right at the dot, keeps it). A dot XLA does not run in that form either way (a 2-D
+  weight gradient, contracted along the batch: the generic emitter takes either order) keeps its
+  transpose where it is: after the collective it would only cost a transposed copy
+  (docs/performance.md, issues 34 and 36). Transposes that cancel are dropped.
 Needs localities: run after `infer-locality`.
 """
 from __future__ import annotations
@@ -66,9 +70,26 @@ def _collective(rw: BlockRewriter, op: Operation, seen: dict, num_replicas: int)
             rw.replace(op, [new[-1].result])
 
 
+def _xla_matmul(dot: Operation | None) -> bool:
+    """Whether XLA compiles `dot` as a [batch, M, K] x [batch, K, N] product (what XLA:CPU hands
+    to YNNPACK). XLA's DotDecomposer rewrites a dot with several contracting or free dimensions
+    on a side, or batch dimensions not leading, into that form (transposing and reshaping its
+    operands); it leaves any other dot as it is, in that form only when the lhs is contracted
+    along its last axis and the rhs along its first after the batch axes."""
+    if dot is None or dot.name != "jax.dot_general":
+        return False
+    (lc, rc), (lb, rb) = dot.attrs["dimension_numbers"]
+    lrank, rrank = (len(x.type.shape) for x in dot.operands[:2])
+    if (len(lc) != 1 or lrank > len(lb) + 2 or rrank > len(rb) + 2
+            or tuple(lb) != tuple(range(len(lb))) or tuple(rb) != tuple(range(len(rb)))):
+        return True  # DotDecomposer's canonical form
+    return lc[0] == lrank - 1 and rc[0] == len(rb)
+
+
 def _sink_transpose(rw: BlockRewriter, op: Operation) -> Operation:
     """all_reduce(transpose(x)) -> transpose(all_reduce(x)) for a chain of transposes each used
-    only by the next (composed into one, none when they cancel); returns the all_reduce left.
+    only by the next (composed into one, none when they cancel) when x is a dot XLA runs as a
+    matrix product (`_xla_matmul`) or the chain cancels; returns the all_reduce left.
     Not when a piece of the result is taken (`sx.shard`): shard-optimizer-state makes that a
     reduce-scatter, which a transpose in between would stop."""
     if op.attrs.get("compression"):
@@ -82,11 +103,14 @@ def _sink_transpose(rw: BlockRewriter, op: Operation) -> Operation:
             break
         chain.append(t)
         v = t.operands[0]
-    if not chain or any(u.name == "sx.shard" for u in rw.users(op.result)):  # users: only when needed
+    if not chain:
         return op
     perm = list(range(len(op.result.type.shape)))
     for t in chain:  # outermost first: result axis i is axis perm[i] of v
         perm = [int(t.attrs["permutation"][i]) for i in perm]
+    if perm != sorted(perm) and (not _xla_matmul(rw.producer(v))
+                                 or any(u.name == "sx.shard" for u in rw.users(op.result))):
+        return op
     reduced = Operation("sx.all_reduce", [v], [Value(v.type.with_locality(op.result.type.locality), op.result.name)],
                         dict(op.attrs), loc=op.loc)
     new = [reduced]
