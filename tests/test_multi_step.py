@@ -3,6 +3,7 @@ and `for _ in sx.range(n)` is one on-device loop. Checked against the same steps
 call and against TensorFlow's recorded numbers (tests/data/tf/multi_step.json, recorded by
 tools/tf_record/record_multi_step.py)."""
 import json
+import re
 import pathlib
 
 import jax
@@ -274,3 +275,39 @@ def test_iterator_misuse_inside_a_function_raises():
         st.function(traced_steps)(iterator, jnp.int32(2))
     assert_names_this_line(err, line)
     assert "Python int" in str(err.value)
+
+
+def test_loop_program_holds_its_counts_as_constants_for_full_calls_and_reads_them_otherwise():
+    # Intent: a call whose loop gets every step's batch, each full, runs a program that holds
+    # the steps count and the row counts as constants (XLA knows the loop's trip count: no
+    # read-back of its condition on a GPU; the row masks fold away); a call with a padded batch
+    # whose iterator runs out mid-loop runs the program that reads them. Every call's weights
+    # are plain JAX's SGD on the same global batches.
+    st = st2()
+    data = batches(8 * 9 + 3)  # 10 batches: 8 full, then 3 rows (the last call: 2 steps, one partial)
+    w, b, step = linear_model(st)
+
+    @st.function
+    def train_steps(iterator):
+        for _ in sx.range(4):
+            loss = st.run(step, args=(next(iterator),))
+        return st.reduce("SUM", loss)
+
+    def reference_step(params, x, y):
+        grads = jax.grad(lambda p: jnp.sum((x @ p[0] + p[1] - y) ** 2) / GLOBAL_BATCH)(params)
+        return params[0] - LR * grads[0], params[1] - LR * grads[1]
+
+    iterator = iter(st.experimental_distribute_dataset(data))
+    params = (jnp.zeros(3), jnp.float32(0.0))
+    for first, last in ((0, 4), (4, 8), (8, 10)):
+        train_steps(iterator)
+        for x, y in data[first:last]:
+            params = reference_step(params, jnp.asarray(x), jnp.asarray(y))
+        np.testing.assert_allclose(w.numpy(), params[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b.numpy(), params[1], rtol=1e-5, atol=1e-6)
+        if first == 0:  # the program of full calls: no row mask of sx's, the loop bounded by a constant
+            text = train_steps.stablehlo(iterator)  # (the iotas left: compute_average_loss's own mask)
+            assert text.count("stablehlo.iota") == train_steps.ir(iterator).count("jax.iota") == 1
+            assert re.search(r"cond \{\s*(%\S+ = stablehlo.constant [^\n]*\s*)*%\S+ = stablehlo.compare\s+LT, "
+                             r"%iterArg\w*, %c\w*", text)
+    assert len(train_steps._cache) == 1

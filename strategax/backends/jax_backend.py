@@ -7,7 +7,7 @@ keeps JAX from adding collectives of its own: the only communication is what the
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -44,8 +44,11 @@ class LoweringContext:
             if self._collectives_are_identities and _identity_on_one_replica(op):
                 rule = _identity
             try:
-                with op_metadata(op):  # XLA's metadata names the IR op and the user's line
-                    outs = rule(op, [env[id(v)] for v in op.operands], self)
+                operands = [env[id(v)] for v in op.operands]
+                outs = _uniform(op, operands)  # e.g. a full loop's row count: a constant, its masks fold
+                if outs is None:
+                    with op_metadata(op):  # XLA's metadata names the IR op and the user's line
+                        outs = rule(op, operands, self)
                 for r, x in zip(op.results, outs):
                     env[id(r)] = constrain_propagated(op, r, x, self)
             except Exception as e:  # a rule's KeyError, a JAX error from what it built: a bug
@@ -58,6 +61,24 @@ class LoweringContext:
             raise internal_error(err, "the lowering to JAX",
                                  detail=f"the block yields %{missing[0].name}, which no op defines") from err
         return [env[id(v)] for v in block.results]
+
+
+# Ops whose result holds its first operand's one value when that operand is a constant of one
+# value (whatever the other operands: a step's row count sliced from a loop's full counts).
+_KEEPS_UNIFORM = frozenset({"jax.dynamic_slice", "jax.squeeze", "jax.reshape", "jax.broadcast_in_dim",
+                            "jax.convert_element_type", "jax.copy", "jax.copy_p", "sx.rows"})
+
+
+def _uniform(op, operands: Sequence) -> list | None:
+    """`op`'s result as a NumPy constant when its first operand is an integer NumPy array of one
+    value (`Executable`'s constants) and `op` keeps that value; None otherwise (its rule runs)."""
+    if op.name not in _KEEPS_UNIFORM or not operands or len(op.results) != 1:
+        return None
+    x = operands[0]
+    if type(x) is not np.ndarray or x.dtype.kind not in "biu" or x.size == 0 or not (x == x.flat[0]).all():
+        return None
+    t = op.results[0].type
+    return [np.full(t.shape, x.flat[0]).astype(t.dtype)]
 
 
 def _identity_on_one_replica(op) -> bool:
@@ -75,10 +96,17 @@ def _identity(op, args, ctx) -> list:
 class Executable:
     """The compiled program for one module: call it with global arrays (see `layout`)."""
 
-    def __init__(self, module: Module, mesh: Mesh, donate_argnums: Sequence[int] | None = None):
+    def __init__(self, module: Module, mesh: Mesh, donate_argnums: Sequence[int] | None = None,
+                 constants: Mapping[int, np.ndarray] | None = None):
         """Inputs are main's arguments then the module's variables; outputs are main's results
-        then the variables' new values. Variable inputs are donated unless told otherwise."""
+        then the variables' new values. Variable inputs are donated unless told otherwise.
+        `constants` (argument index -> its per-replica value): arguments the program holds as
+        constants (a loop's steps and row counts when a call has every step's batch, full: XLA
+        then knows the loop's trip count and folds the row masks away); a call still passes
+        them, and `dynamic()` is the program that reads them."""
         self.module, self.mesh = module, mesh
+        self._donate_argnums, self.constants = donate_argnums, dict(constants or {})
+        self._dynamic: Executable | None = None
         main = module.main
         nargs, var_types = len(main.body.args), [v.type for v in module.vars]
         self.in_layouts = [ReplicaLayout(mesh, t) for t in [a.type for a in main.body.args] + var_types]
@@ -98,8 +126,12 @@ class Executable:
         self._cache_first_run = compile_cache.configure() is not None  # its compilation goes to the cache
         self._first_run = True  # lowered and compiled by JAX: with the garbage collector paused
 
+        constant_args = dict(self.constants)
+
         def body(*local):
             args = [x.reshape(()) if lay.stacked else x for x, lay in zip(local, in_layouts)]
+            for i, value in constant_args.items():
+                args[i] = value
             ctx.vars = {v.name: x for v, x in zip(module.vars, args[nargs:])}
             outs = ctx.run_block(main.body, args[:nargs]) + [ctx.vars[v.name] for v in module.vars]
             return tuple(x.reshape((1,)) if lay.stacked else x for x, lay in zip(outs, out_layouts))
@@ -123,6 +155,15 @@ class Executable:
         if self.marker is not None:
             throttle(outs[self.marker])
         return outs
+
+    def dynamic(self) -> "Executable":
+        """The same program reading the arguments this one holds as constants (built on first use:
+        a call whose loop runs fewer steps than it was traced for)."""
+        if not self.constants:
+            return self
+        if self._dynamic is None:
+            self._dynamic = Executable(self.module, self.mesh, self._donate_argnums)
+        return self._dynamic
 
     def lower(self, *global_args):
         return self.jitted.lower(*global_args)

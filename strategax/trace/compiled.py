@@ -151,6 +151,13 @@ class _Compiled:
         return Mirrored.from_global(array, ReplicaLayout(layout.mesh, TensorType(array.shape, layout.type.dtype,
                                                                          layout.type.locality)))
 
+    def executable_for(self, sig: Signature) -> Executable:
+        """The program for the call of `sig` (its batches taken): the one holding its loops'
+        steps and row counts as constants when it has them all, full; else the one reading them."""
+        if self.executable.constants and not getattr(sig.inputs, "full", False):  # fewer steps, padded rows
+            return self.executable.dynamic()
+        return self.executable
+
     def __call__(self, sig: Signature):
         if self.inputs is not None and sig.inputs is None:
             self.take_inputs(sig)  # the iterators' input pipelines run the user's code: not wrapped
@@ -161,7 +168,7 @@ class _Compiled:
         args = self.global_args(sig)
         if self.gaps:
             self.check_gaps(sig)
-        outs = self.strategy._execute(self.executable, args)
+        outs = self.strategy._execute(self.executable_for(sig), args)
         if self.num_vars:
             for (store, _), array in zip(self.var_slots, outs[len(outs) - self.num_vars:]):
                 store.set(array)
@@ -194,6 +201,17 @@ class _Compiled:
         if kind in (PER_REPLICA, MIRRORED, PER_EXAMPLE):
             return Mirrored.from_global(array, layout)
         return array
+
+
+def loop_constants(traced: Traced, sig: Signature) -> dict[int, np.ndarray]:
+    """Program argument -> value of each loop's steps count and row counts when a call has all
+    its batches, full (`InputPlan.constants`): the program holds them as constants; a call
+    whose iterator ran out mid-loop or whose batches have padded rows runs the program that
+    reads them (`Executable.dynamic`)."""
+    if traced.inputs is None:
+        return {}
+    offset = sum(k is not Kind.STATIC for k in sig.kinds)  # the plan's inputs follow the arguments
+    return {offset + i: value for i, value in traced.inputs.constants().items()}
 
 
 def host_streams(sig: Signature) -> Streams:

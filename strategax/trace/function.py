@@ -35,7 +35,7 @@ from .kinds import KeyOutput, LocalOutput, Output, OutputEntry, StaticOutput
 from .signature import (ARRAY, MIRRORED, PER_REPLICA, SCALAR, STATIC, STATIC_TYPES, Signature,
                         check_arguments, int32_error, leaf_type, out_of_int32, result_array, signature)
 from .var_session import VarSession
-from .compiled import Traced, _Compiled, host_streams
+from .compiled import Traced, _Compiled, host_streams, loop_constants
 
 log = logging.getLogger("strategax")
 
@@ -318,7 +318,8 @@ class StrategyFunction:
     def _build(self, sig: Signature, snapshots: dict | None = None, timings: dict | None = None) -> _Compiled:
         traced = self._trace(sig, snapshots, timings)
         with internal_stage("the lowering to JAX"):
-            return _Compiled(traced, Executable(traced.module, self._strategy._mesh), sig, self._strategy)
+            return _Compiled(traced, Executable(traced.module, self._strategy._mesh,
+                                                constants=loop_constants(traced, sig)), sig, self._strategy)
 
     def _signature(self, args, kwargs) -> Signature:
         return signature(args, kwargs, self._strategy.num_replicas_in_sync, self._strategy._num_local_replicas,

@@ -1,9 +1,14 @@
 """The actors of a parameter-server job: started where the resolver places them, a worker
-started again in its place when it dies, all of them stopped with the strategy."""
+started again in its place when it dies, all of them stopped with the strategy. Each worker
+connects to every parameter server and the coordinator to each worker through a direct
+channel (`cluster/channel.py`, authenticated with a key made here for this job)."""
 from __future__ import annotations
+
+import os
 
 from ...cluster.errors import ClusterStartError
 from ...cluster.ray import Placement, device_env, ray_module
+from ...cluster import channel
 from .errors import ParameterServerLostError
 from .ps_actor import parameter_server_class
 from .worker_actor import worker_class
@@ -17,13 +22,23 @@ class Cluster:
 
     def __init__(self, placement: Placement, timeout: float = CALL_TIMEOUT):
         self.placement, self.timeout = placement, timeout
+        self.authkey = os.urandom(32)
+        self.channels: list = []  # the coordinator's connection to each worker
         ps_class, self._worker_class = parameter_server_class(), worker_class()
-        self.servers = [placement.start(ps_class, "ps", i, i) for i in range(placement.num_ps)]
+        self.servers = [placement.start(ps_class, "ps", i, i, self.authkey) for i in range(placement.num_ps)]
         self.workers = [self._start_worker(i) for i in range(placement.num_workers)]  # all start at once
-        self.server_pids = self._wait([s.ready.remote() for s in self.servers], "the parameter servers")
-        ready = self._wait([w.ready.remote() for w in self.workers], "the workers")
+        servers = self._wait([s.ready.remote() for s in self.servers], "the parameter servers")
+        self.server_pids = [pid for pid, _ in servers]
+        self.server_addresses = [address for _, address in servers]
+        ready = self._wait([w.ready.remote(self.server_addresses) for w in self.workers], "the workers")
         self.replicas_per_worker = ready[0][0]
-        self.worker_pids = [pid for _, pid in ready]
+        self.worker_pids = [pid for _, pid, _ in ready]
+        try:
+            self.channels = [channel.connect(address, self.authkey) for _, _, address in ready]
+        except OSError as e:
+            self.shutdown()
+            raise ClusterStartError(f"could not connect to the workers of the parameter-server job: {e}",
+                                    "check that the Ray nodes can reach each other on TCP ports") from e
 
     @property
     def num_workers(self) -> int:
@@ -36,7 +51,7 @@ class Cluster:
     def _start_worker(self, index: int):
         devices = self.placement.devices_per_worker
         return self.placement.start(self._worker_class, "worker", index, device_env(devices), devices, index,
-                                    self.placement.num_workers, self.servers, self.timeout)
+                                    self.placement.num_workers, self.placement.num_ps, self.authkey, self.timeout)
 
     def _wait(self, refs: list, what: str) -> list:
         ray = ray_module()
@@ -50,13 +65,19 @@ class Cluster:
                                     "(`ray start` from the same environment)") from e
 
     def restart_worker(self, index: int):
-        """A new worker for task `index` (whose worker died), once it is ready; the caller puts it
-        in `workers[index]`."""
+        """A new worker for task `index` (whose worker died; the old actor is stopped, should
+        only its channel have broken), once it is ready: (its handle, the coordinator's channel
+        to it); the caller puts them in `workers[index]` and `channels[index]`."""
         ray = ray_module()
+        channel.close(self.channels[index])
+        try:
+            ray.kill(self.workers[index])
+        except Exception:  # noqa: BLE001 - already gone
+            pass
         worker = self._start_worker(index)
-        _, pid = ray.get(worker.ready.remote(), timeout=STARTUP_TIMEOUT)
+        _, pid, address = ray.get(worker.ready.remote(self.server_addresses), timeout=STARTUP_TIMEOUT)
         self.worker_pids[index] = pid
-        return worker
+        return worker, channel.connect(address, self.authkey)
 
     def call_ps(self, ps: int, method: str, *args):
         """Call a parameter server from the coordinator; a server that does not answer is lost."""
@@ -70,6 +91,8 @@ class Cluster:
 
     def shutdown(self) -> None:
         """Stop every actor (the strategy is done)."""
+        for conn in self.channels:
+            channel.close(conn)
         ray = ray_module()
         if not ray.is_initialized():
             return

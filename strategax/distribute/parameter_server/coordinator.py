@@ -1,8 +1,10 @@
 """`ClusterCoordinator`: schedules functions on whichever worker is free, as TensorFlow's.
 
 `schedule` queues a function and returns a `RemoteValue` at once; one thread per worker takes
-the next function, runs it there and hands back its result. A worker that dies (its process
-killed) gives its function back to the queue, to run on another worker, and is started again
+the next function, sends it to that worker through its direct channel (`cluster/channel.py`: the
+function's code with its first run there, then only its arguments) and hands back its result.
+A worker that dies (its process killed, or its channel broken) gives its function back to the
+queue, to run on another worker, and is started again
 (its per-worker datasets made anew); a worker that raises makes `join()` raise that error and
 cancels the functions still queued; a lost parameter server makes `join()`/`fetch()` raise
 `ParameterServerLostError`."""
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import pickle
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ MAX_RESTARTS = 3  # times a worker is started again after it dies
 PIPELINE = 2  # functions queued at a worker at once (one runs, the next waits there)
 _CLOSURE_IDS = itertools.count()
 _STOP = object()
+_NO_ARGUMENTS = pickle.dumps(((), {}))  # what a function without arguments gets
 
 
 @dataclass
@@ -59,7 +63,7 @@ def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
     or is gone. A function whose arguments wait for a result not yet back is sent once the
     functions in flight here are done (their results may be the ones it waits for)."""
     restarts = [0]
-    in_flight: collections.deque = collections.deque()  # (closure, ObjectRef of its RunOutcome)
+    in_flight: collections.deque = collections.deque()  # closures sent, their outcomes awaited in order
     held = None  # a closure taken, sent after the ones in flight
     while True:
         while held is None and len(in_flight) < PIPELINE:
@@ -91,9 +95,8 @@ def _send(coordinator_ref: weakref.ref, closure, index: int, in_flight: collecti
     coordinator = coordinator_ref()
     if coordinator is None:
         return False
-    ref = coordinator._submit(closure, index)
-    if ref is not None:
-        in_flight.append((closure, ref))
+    if coordinator._submit(closure, index):
+        in_flight.append(closure)
     return True
 
 
@@ -106,8 +109,7 @@ def _arguments_ready(closure) -> bool:
 @dataclass
 class Closure:
     """A scheduled function: what to run, and where its result goes."""
-    token: int
-    holder: list  # [ray ObjectRef of the pickled function] (nested: Ray passes it unresolved)
+    token: int  # the function's id (its pickled code: the coordinator's `_functions[token]`)
     args: tuple
     kwargs: dict
     value: RemoteValue = field(default_factory=RemoteValue)
@@ -134,7 +136,8 @@ class ClusterCoordinator:
         self._strategy, self._cluster = strategy, strategy._cluster
         self._work = _Work()
         self._failure: Failure | None = None  # the first failure since join() last raised
-        self._functions: dict[int, tuple[Any, list]] = {}  # id(fn) -> (fn, holder)
+        self._functions: dict[int, tuple[Any, bytes]] = {}  # id(fn) -> (fn, its pickled code)
+        self._sent: list[set] = [set() for _ in range(self._cluster.num_workers)]  # tokens each worker has
         self._resources: list[Resource] = []  # made on every worker, in order
         self._resource_lock = threading.Lock()
         self._resource_ids = itertools.count()
@@ -159,9 +162,8 @@ class ClusterCoordinator:
         self._raise_failure()
         token = id(fn)
         if token not in self._functions:
-            holder = [ray_module().put(dumps(fn))]
-            self._functions[token] = (fn, holder)
-        closure = Closure(token, self._functions[token][1], tuple(args or ()), dict(kwargs or {}))
+            self._functions[token] = (fn, dumps(fn))
+        closure = Closure(token, tuple(args or ()), dict(kwargs or {}))
         with self._work.cond:
             self._work.queue.append(closure)
             self._work.cond.notify_all()
@@ -231,40 +233,55 @@ class ClusterCoordinator:
             self._work.cond.notify_all()
 
     def _arguments(self, closure: Closure, worker: int) -> bytes:
+        if not closure.args and not closure.kwargs:
+            return _NO_ARGUMENTS
+
         def one(x):
             if isinstance(x, PerWorkerValues):
                 return x.values[worker]
             return x.fetch() if isinstance(x, RemoteValue) else x
         return dumps(jax.tree_util.tree_map(one, (closure.args, closure.kwargs), is_leaf=_is_value_leaf))
 
-    def _submit(self, closure: Closure, index: int):
-        """Send `closure` to worker `index`: the ObjectRef of its RunOutcome (None when its
-        arguments cannot travel: it failed)."""
+    def _submit(self, closure: Closure, index: int) -> bool:
+        """Send `closure` to worker `index` (with the function's code, the first time there);
+        False when its arguments cannot travel (it failed). A send to a dead worker is not an
+        error here: reading its outcome is, and gives the function back to the queue."""
         try:
             blob = self._arguments(closure, index)
         except Exception as e:  # noqa: BLE001 - an argument that cannot travel fails its function
             self._done_with(closure, Failure.raised(e))
-            return None
-        return self._cluster.workers[index].run.remote(closure.id, closure.token, closure.holder, blob)
+            return False
+        sent = self._sent[index]
+        code = None if closure.token in sent else self._functions[closure.token][1]
+        sent.add(closure.token)
+        try:
+            self._cluster.channels[index].send_bytes(pickle.dumps((closure.id, closure.token, code, blob), protocol=5))
+        except OSError:
+            pass
+        return True
 
     def _collect(self, index: int, in_flight: collections.deque, restarts: list) -> bool:
         """Wait for the oldest function in flight at worker `index`; False when that worker is
-        lost for good. A dead worker gives every function it had back to the queue, in order."""
-        ray = ray_module()
-        closure, ref = in_flight.popleft()
+        lost for good. A dead worker (its channel closed) gives every function it had back to
+        the queue, in order."""
+        closure = in_flight.popleft()
         try:
-            outcome: RunOutcome = cast(RunOutcome, ray.get(ref))
-        except ray.exceptions.RayActorError:  # the worker died: its functions run elsewhere
-            for queued, _ in reversed(in_flight):
+            answer = self._cluster.channels[index].recv_bytes()
+        except (EOFError, OSError):  # the worker died: its functions run elsewhere
+            for queued in reversed(in_flight):
                 self._done_with(queued, again=True)
             in_flight.clear()
             self._done_with(closure, again=True)
+            if self._work.stopped:
+                return False
             restarts[0] += 1
             if restarts[0] > MAX_RESTARTS or not self._restart(index):
                 self._lost_worker()
                 return False
             return True
-        except ray.exceptions.RayError as e:
+        try:
+            outcome: RunOutcome = cast(RunOutcome, pickle.loads(answer))
+        except Exception as e:  # noqa: BLE001 - a result this process cannot unpickle fails its function
             self._done_with(closure, Failure.raised(e))
             return True
         self._finish(closure, outcome)
@@ -286,10 +303,11 @@ class ClusterCoordinator:
         """Start worker `index` again and make its per-worker datasets; False if it cannot start."""
         ray = ray_module()
         try:
-            worker = self._cluster.restart_worker(index)
+            worker, conn = self._cluster.restart_worker(index)
             with self._resource_lock:
                 ray.get([worker.make_resource.remote(*r) for r in self._resources])
-                self._cluster.workers[index] = worker
+                self._cluster.workers[index], self._cluster.channels[index] = worker, conn
+                self._sent[index] = set()
         except Exception:  # noqa: BLE001 - the worker stays lost
             return False
         return True

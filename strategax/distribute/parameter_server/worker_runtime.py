@@ -3,11 +3,13 @@ devices. Per function: its variables are fetched from the parameter servers when
 (`shadow`), the function runs (a `strategy.function` compiles once per worker), and its updates
 go back to the servers, each server applying all of one function's updates in one atomic call,
 once per closure id (a function run again after its first worker died after sending adds
-nothing twice)."""
+nothing twice). The functions come from the coordinator, and the reads and updates go to the
+servers, through direct channels (`cluster/channel.py`), not Ray calls."""
 from __future__ import annotations
 
 import contextlib
 import pickle
+import threading
 from typing import Any, Callable
 
 import jax
@@ -20,6 +22,7 @@ from ...errors import DistributionRuntimeError
 from ...input import DatasetsFromFunction, DistributedDataset
 from ...trace.distributed_values import DistributedValues, is_distributed
 from ...variables import Variable
+from ...cluster import channel
 from . import current
 from .messages import Done, Raised, RunOutcome, ServerLost as ServerLostReport, SlotGroup, Update
 from .remote_buffer import VarRef
@@ -32,7 +35,8 @@ class ServerLost(Exception):
     """A parameter server did not answer (reported to the coordinator, which names it)."""
 
     def __init__(self, ps: int, cause: BaseException):
-        super().__init__(f"parameter server {ps} is lost ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})")
+        text = (str(cause).splitlines() or ["the connection closed"])[0][:200]  # an EOFError has no text
+        super().__init__(f"parameter server {ps} is lost ({type(cause).__name__}: {text})")
         self.ps = ps
 
 
@@ -51,9 +55,11 @@ class WorkerRuntime:
     """The state of one worker actor: its strategy, its copies of the servers' variables, the
     functions and per-worker resources it was given."""
 
-    def __init__(self, index: int, num_workers: int, servers: list, timeout: float):
-        self.index, self.num_workers, self.servers, self.timeout = index, num_workers, servers, timeout
-        self.num_ps = len(servers)
+    def __init__(self, index: int, num_workers: int, num_ps: int, authkey: bytes, timeout: float):
+        self.index, self.num_workers, self.num_ps, self.timeout = index, num_workers, num_ps, timeout
+        self.authkey = authkey
+        self.servers: list = []  # a channel to each parameter server, once `start` connected them
+        self.lock = threading.Lock()  # one scheduled function or resource at a time (as Ray ran them)
         current.register(self)
         self.strategy = WorkerStrategy(self)
         self.step = 0  # which scheduled function runs (copies fetched in another are stale)
@@ -138,27 +144,59 @@ class WorkerRuntime:
             self.optimizers[uid] = WorkerOptimizer.rebuild(self, uid, *state)
         return self.optimizers[uid]
 
-    # --- talking to the parameter servers -----------------------------------------------------------
-    def _get(self, ps: int, ref):
-        import ray.exceptions
+    # --- the channels --------------------------------------------------------------------------------
+    def start(self, server_addresses: list) -> tuple:
+        """Connect to the parameter servers and listen for the coordinator: its address."""
+        self.servers = [channel.connect(a, self.authkey) for a in server_addresses]
+        listener = channel.listen(self.authkey)
+        channel.serve(listener, self._answer, f"strategax-worker-{self.index}")
+        return listener.address
 
+    def _answer(self, payload: bytes) -> bytes:
+        """A scheduled function from the coordinator -> its pickled RunOutcome."""
+        closure_id, token, fn_blob, args_blob = pickle.loads(payload)
+        with self.lock:
+            outcome = self.run(closure_id, token, fn_blob, args_blob)
         try:
-            return ray.get(ref, timeout=self.timeout)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+            return dumps(outcome)
+        except Exception as e:  # noqa: BLE001 - a result that cannot travel fails its function
+            return dumps(Raised(_pickled(e), outcome.created))
+
+    # --- talking to the parameter servers -----------------------------------------------------------
+    def _send(self, ps: int, method: str, *args) -> None:
+        try:
+            self.servers[ps].send_bytes(pickle.dumps((method, args), protocol=5))
+        except OSError as e:
             raise ServerLost(ps, e) from None
 
+    def _receive(self, ps: int):
+        conn = self.servers[ps]
+        try:
+            if not conn.poll(self.timeout):
+                raise TimeoutError(f"no answer within {self.timeout:g} s")
+            status, value = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError) as e:  # TimeoutError is an OSError
+            raise ServerLost(ps, e) from None
+        if status != "ok":
+            raise DistributionRuntimeError(f"parameter server {ps} refused a request: {value}",
+                                           "report this: the worker and server disagree on a variable")
+        return value
+
     def _call(self, ps: int, method: str, *args):
-        return self._get(ps, getattr(self.servers[ps], method).remote(*args))
+        self._send(ps, method, *args)
+        return self._receive(ps)
 
     def fetch(self, buffers) -> None:
-        """Load the servers' current values into `buffers` (one call per server)."""
+        """Load the servers' current values into `buffers` (one request per server, all sent
+        before any answer is awaited)."""
         by_ps: dict[int, list] = {}
         for b in buffers:
             if b.step != self.step:
                 by_ps.setdefault(b.ref.ps, []).append(b)
-        pending = [(ps, bs, self.servers[ps].read.remote([b.ref.id for b in bs])) for ps, bs in by_ps.items()]
-        for ps, bs, ref in pending:
-            for b, value in zip(bs, self._get(ps, ref)):
+        for ps, bs in by_ps.items():
+            self._send(ps, "read", [b.ref.id for b in bs])
+        for ps, bs in by_ps.items():
+            for b, value in zip(bs, self._receive(ps)):
                 b.load(value)
 
     def note_used(self, buffer) -> None:
@@ -173,28 +211,30 @@ class WorkerRuntime:
             if update is not None:
                 updates.setdefault(copy.ref.ps, []).append(Update(copy.ref.id, *update))
         # plain tuples on the wire: a server process does not import strategax
-        pending = [(ps, self.servers[ps].apply.remote(closure_id, [tuple(u) for u in ups]))
-                   for ps, ups in updates.items()]
-        for ps, ref in pending:
-            self._get(ps, ref)
+        for ps, ups in updates.items():
+            self._send(ps, "apply", closure_id, [tuple(u) for u in ups])
+        for ps in updates:
+            self._receive(ps)
 
     # --- scheduled functions ------------------------------------------------------------------------
-    def _function(self, token: int, holder: list):
+    def _function(self, token: int, fn_blob: bytes | None):
+        """The function `token` (sent pickled, `fn_blob`, with its first run on this worker)."""
         fn = self.functions.get(token)
         if fn is None:
-            import ray
-
-            fn = self.functions[token] = cloudpickle().loads(ray.get(holder[0]))
+            if fn_blob is None:
+                raise DistributionRuntimeError(f"worker {self.index} was sent function {token} without its code",
+                                               "report this: the coordinator lost track of what it sent")
+            fn = self.functions[token] = cloudpickle().loads(fn_blob)
         return fn
 
-    def run(self, closure_id: int, token: int, holder: list, args_blob: bytes) -> RunOutcome:
+    def run(self, closure_id: int, token: int, fn_blob: bytes | None, args_blob: bytes) -> RunOutcome:
         """Run a scheduled function: Done, ServerLost or Raised (messages.py)."""
         self.step += 1
         self.created, self._used = [], set()
         for var in self.shadows.values():
             store(var, ShadowBuffer).reset()
         try:
-            fn = self._function(token, holder)
+            fn = self._function(token, fn_blob)
             args, kwargs = cloudpickle().loads(args_blob)
             self.fetch([self.shadows[k]._store for k in self.used.get(token, ()) if k in self.shadows])
             with self.strategy.scope():
@@ -209,6 +249,10 @@ class WorkerRuntime:
 
     def make_resource(self, resource_id: int, kind: str, payload) -> None:
         """A per-worker dataset (`payload`: a pickled dataset_fn) or an iterator of one (its id)."""
+        with self.lock:
+            self._make_resource(resource_id, kind, payload)
+
+    def _make_resource(self, resource_id: int, kind: str, payload) -> None:
         if kind == "iterator":
             self.resources[resource_id] = iter(self.resources[payload])
             return

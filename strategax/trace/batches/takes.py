@@ -330,6 +330,25 @@ class InputPlan:
         return [t for seg in self.segments for t in
                 (seg.spec.input_types if isinstance(seg, Site) else seg.input_types)]
 
+    def constants(self) -> dict[int, np.ndarray]:
+        """Per loop, its inputs a call holding every step's batch, each full, gives known values:
+        position among the plan's inputs -> value (per replica): each site's row counts (every
+        row real: the row masks fold away) and the steps count (XLA then knows the loop's trip
+        count, and its GPU runtime queues the steps without reading the loop's condition back to
+        the host after each one). The program holds them as constants for such calls (`full`)."""
+        out, position = {}, 0
+        for seg in self.segments:
+            if isinstance(seg, Site):
+                position += len(seg.spec.input_types)
+                continue
+            for site in seg.sites:
+                position += len(site.spec.input_types)
+                if site.spec.rows is not None:
+                    out[position - 1] = np.full((seg.steps,), site.spec.rows, np.int32)
+            out[position] = np.asarray(seg.steps, np.int32)
+            position += 1
+        return out
+
     def abstract(self, layouts: Sequence) -> list[jax.ShapeDtypeStruct]:
         """Stand-ins for the inputs (to lower the program without taking batches)."""
         return [jax.ShapeDtypeStruct(lay.global_shape, lay.type.dtype, sharding=lay.sharding) for lay in layouts]
@@ -393,7 +412,7 @@ class InputPlan:
         return element
 
     def _pull(self, host: streams.Streams, layouts, taken: list, sites: list) -> list[jax.Array]:
-        out: list[jax.Array] = []
+        out = Inputs()
         for seg in self.segments:
             if isinstance(seg, Site):
                 got = self._next(host, seg, taken)
@@ -421,6 +440,7 @@ class InputPlan:
                 raise OutOfRangeError(
                     f"the sx.range loop at {seg.where}: the input iterator has no batch left",
                     _END_FIX, location=user_location())
+            out.full = out.full and len(rows) == seg.steps and all(_full_rows(e) for row in rows for e in row)
             full = rows + [rows[-1]] * (seg.steps - len(rows))  # unused slots repeat the last batch
             for k, site in enumerate(seg.sites):
                 width = len(site.spec.input_types)
@@ -433,6 +453,21 @@ class InputPlan:
         if array is None:
             array = self._steps[steps] = jax.device_put(jnp.int32(steps), layout.sharding)
         return array
+
+
+class Inputs(list):
+    """A call's inputs (`InputPlan.pull`); `full` when each loop got every step's batch and
+    every row of them is real (the values `InputPlan.constants` gives)."""
+
+    full = True
+
+
+def _full_rows(element: Any) -> bool:
+    """Whether every replica's rows of `element` are real (no padding)."""
+    if isinstance(element, HostElement):
+        return min(element.counts) == element.rows
+    leaves = [x for x in jax.tree_util.tree_leaves(element, is_leaf=is_distributed) if isinstance(x, PerReplicaBatch)]
+    return not leaves or min(leaves[0].real_counts) == leaves[0].padded_rows
 
 
 def _differs(site: Site) -> DistributionValueError:
