@@ -8,15 +8,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..ir import Locality, TensorType
+from . import transfer
 
 AXIS = "replica"
+
+
+def _own_copy(value: Any, dtype) -> np.ndarray:
+    """`value` as a host array of `dtype` that shares no memory with the caller's: JAX's CPU
+    transfer may alias an aligned host array (even with `may_alias=False`, JAX 0.10), so what
+    is transferred must be strategax's own (aligned: the CPU runtime then uses it in place)."""
+    host = np.asarray(value, dtype)
+    if isinstance(value, (int, float, complex, list, tuple)):  # (bool is an int) a new array already
+        return host
+    return transfer.host_array(host.shape, host.dtype, fill=host)
 
 
 @dataclass(frozen=True)
@@ -106,9 +117,13 @@ class ReplicaLayout:
             return tuple(s.data.reshape(()) for s in shards)
         return tuple(s.data for s in shards)
 
-    def assemble(self, components: Sequence) -> jax.Array:
+    def assemble(self, components: Sequence, owned: bool = False) -> jax.Array:
         """A global array from one component per replica (no copy for pieces already placed);
-        in a multi-process job, one component per replica of this process."""
+        in a multi-process job, one component per replica of this process. A host component
+        (the user's NumPy array) is transferred as a copy: JAX's CPU transfer can alias an
+        aligned host array, and the global array, kept with the value for later calls, would
+        change when the user refills theirs. `owned`: host components are strategax's own
+        copies already (the input pipeline's), transferred as they are."""
         pieces = []
         want = (1,) if self.stacked else self.type.shape
         rows = self.replica_devices if len(components) == self.num_replicas else self.local_replica_devices
@@ -116,8 +131,11 @@ class ReplicaLayout:
             for dev in row:  # a replica of several logical devices holds a copy on each
                 piece = comp
                 if not (isinstance(piece, jax.Array) and piece.committed and piece.devices() == {dev}):
-                    piece = jax.device_put(
-                        np.asarray(piece, self.type.dtype) if not isinstance(piece, jax.Array) else piece, dev)
+                    if isinstance(piece, jax.Array):
+                        piece = jax.device_put(piece, dev)
+                    else:
+                        host = np.asarray(piece, self.type.dtype) if owned else _own_copy(piece, self.type.dtype)
+                        piece = jax.device_put(host, dev)
                 if piece.dtype != self.type.dtype:
                     piece = piece.astype(self.type.dtype)
                 if piece.shape != want:

@@ -146,7 +146,7 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     if counts is None:
         hosts = [[owned(np.asarray(p)) for p in leaf] for leaf in pieces]
         lays = [_layout(mesh, (), leaf[0].dtype) for leaf in hosts]
-        return jax.tree_util.tree_unflatten(treedef, [PerReplica.from_global(lay.assemble(leaf), lay)
+        return jax.tree_util.tree_unflatten(treedef, [PerReplica.from_global(lay.assemble(leaf, owned=True), lay)
                                                       for leaf, lay in zip(hosts, lays)])
     assert rows is not None, "counts come with rows"
     count_value = place_counts(mesh, counts)
@@ -154,8 +154,8 @@ def place_local(mesh, pieces: list[list[np.ndarray]], treedef, counts: Sequence[
     for leaf in pieces:
         padded = [owned(p) if p.shape[0] == rows else padded_host([_canonical(p)], rows) for p in map(np.asarray, leaf)]
         lay = _layout(mesh, (rows, *padded[0].shape[1:]), padded[0].dtype)
-        out.append(PerReplicaBatch.from_global_batch(lay.assemble(padded), lay, tuple(int(c) for c in counts),
-                                                      count_value))
+        out.append(PerReplicaBatch.from_global_batch(lay.assemble(padded, owned=True), lay,
+                                                      tuple(int(c) for c in counts), count_value))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
