@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _context
 from .._markers import DistributedDatasetMarker, DistributedIteratorMarker
+from ..backends.transfer import HostPool
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.batches import streams, takes
 from ..trace.batches.host_element import Placement, placed
@@ -283,6 +284,7 @@ class DistributedDataset(_Dataset):
         self._dataset = dataset
         workers = getattr(strategy, "_input_pipeline", lambda: (1, 0))()[0]
         self._policy = worker_policy(dataset, self._options) if workers > 1 else None  # shared per worker
+        self._pool = HostPool()  # the host copies of its batches, reused once placed arrays are gone
 
     def _one_shot(self) -> bool:
         return is_one_shot(self._dataset)
@@ -299,6 +301,6 @@ class DistributedDataset(_Dataset):
             counts = split_sizes(b, n)
             rows = max(rows, counts[0], 1)  # the first (full) batch fixes the static row count
             if self._placement.bulk:  # compiled loops read the iterators: they place several at once
-                yield host_split(mesh, leaves, treedef, counts, rows)
+                yield host_split(mesh, leaves, treedef, counts, rows, self._pool)
             else:  # placed ahead of use (in the prefetch thread)
-                yield place_split(mesh, leaves, treedef, counts, rows)
+                yield place_split(mesh, leaves, treedef, counts, rows, self._pool)
