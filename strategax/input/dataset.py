@@ -83,7 +83,8 @@ class DistributedIterator(DistributedIteratorMarker):
                  placement: Placement | None = None):
         self._strategy = strategy
         self._placement = placement if placement is not None else Placement()
-        self._source = (Prefetcher(produce, options.experimental_per_replica_buffer_size)
+        ahead = self._placement.ahead if self._placement.bulk else 0  # compiled loops take that many at once
+        self._source = (Prefetcher(produce, max(options.experimental_per_replica_buffer_size, ahead))
                         if options.experimental_fetch_to_device else Synchronous(produce))
         self._ahead: deque = deque()  # elements read but not yet consumed (peeked, or put back)
         self._spec = None  # the cache key of the last element seen (see _spec_key)
@@ -110,6 +111,12 @@ class DistributedIterator(DistributedIteratorMarker):
         self._placement.bulk = bulk
         element = self._next_raw()
         return element if bulk or element is None else placed(element)
+
+    def _reserve(self, n: int) -> None:
+        """A compiled loop is about to take `n` elements: let the pipeline run that far ahead
+        (their host copies: the loop stacks them anyway), now and in later iterators."""
+        self._placement.ahead = max(self._placement.ahead, n)
+        self._source.reserve(n)
 
     def _next_raw(self) -> Any:
         if self._ahead:
