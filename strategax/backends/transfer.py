@@ -52,6 +52,16 @@ def _aligned(raw: np.ndarray, size: int, dtype: np.dtype, shape: tuple) -> np.nd
     return raw[start:start + size].view(dtype).reshape(shape)
 
 
+def _reference_counts(buffers: list) -> list[int]:
+    """Each buffer's reference count as seen from here (the list's reference included)."""
+    return [sys.getrefcount(raw) for raw in buffers]
+
+
+# What `_reference_counts` sees for a buffer only its list holds (measured, not assumed: the
+# interpreter's own references in this loop differ between Python versions).
+_UNUSED = _reference_counts([np.empty(0, np.uint8)])[0]
+
+
 class HostPool:
     """`host_array`s for one input pipeline, each buffer handed out again only once nothing
     refers to it: every view of a buffer (the array handed out, the per-device pieces a
@@ -75,8 +85,8 @@ class HostPool:
         with self._lock:  # claimed (a view made) before another thread looks
             buffers = self._buffers.setdefault(size, [])
             out = None
-            for raw in buffers:
-                if sys.getrefcount(raw) <= 3:  # the list, `raw`, getrefcount's argument: unused
+            for raw, count in zip(buffers, _reference_counts(buffers)):
+                if count <= _UNUSED:
                     out = _aligned(raw, size, dtype, shape)
                     break
             if out is None:
