@@ -2,12 +2,14 @@
 local Ray cluster: 1, 2 and 4 workers of one CPU device each, 1 parameter server), against the
 same step as a local `strategy.function` call (OneDeviceStrategy) and hand-written in JAX
 (`jax.jit`, parameters kept on the device), all in this process's view, timed interleaved; and a
-no-op Ray actor call, the unit of the scheduled step's cost.
+no-op Ray actor call (what each of a step's three messages cost before they moved to direct
+channels, issue 36).
 
 The model: an MLP 64-128-10 (9.6k parameters, 38 KB), a batch of 64, SGD. Each scheduled step
 fetches the parameters from the server, runs the compiled step on the worker and sends the
-update back (two round trips to the server and one to the worker), so on a model this small the
-figures measure the per-step overhead of `schedule`, not compute.
+update back (two round trips to the server and one to the worker, through the job's direct
+TCP channels), so on a model this small the figures measure the per-step overhead of
+`schedule`, not compute.
 
 Against TensorFlow 2.21 (when an interpreter with it is found: TF_PYTHON, default
 /work/tfvenv/bin/python; `--no-tf` skips it): benchmarks/parameter_server_tf.py runs the same

@@ -90,12 +90,16 @@ def make_batch(sizes, batch: int):
             rng.integers(0, sizes[-1], size=(batch,)).astype(np.int32))
 
 
-def timed(fn, n):
+def timed(fn, n, cpu: list | None = None):
+    """Wall seconds per call of `fn` over n calls; with `cpu`, also appends the process CPU
+    seconds per call (all threads: on a shared machine the steadier figure)."""
     out = None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(n):
         out = fn()
     jax.block_until_ready(out)
+    if cpu is not None:
+        cpu.append((time.process_time() - cpu_start) / n)
     return (time.perf_counter() - start) / n
 
 
@@ -168,20 +172,25 @@ def main() -> None:
         run_sx(), run_jax(), run_unmasked(), run_twin()
 
     ratios, t_sx, t_jax, ratios_u, t_u, control = [], [], [], [], [], []
+    cpu_ratios, cpu_ratios_u = [], []
     order = [run_sx, run_jax, run_unmasked, run_twin]
     for r in range(args.rounds):  # each round starts with a different one of the four
-        times = {fn: timed(fn, args.steps) for fn in order[r % 4:] + order[:r % 4]}
+        cpu: dict = {fn: [] for fn in order}
+        times = {fn: timed(fn, args.steps, cpu[fn]) for fn in order[r % 4:] + order[:r % 4]}
         a, b, c = times[run_sx], times[run_jax], times[run_unmasked]
         t_sx.append(a), t_jax.append(b), ratios.append(a / b), t_u.append(c), ratios_u.append(c / b)
         control.append(times[run_twin] / b)
+        cpu_ratios.append(cpu[run_sx][0] / cpu[run_jax][0]), cpu_ratios_u.append(cpu[run_unmasked][0] / cpu[run_jax][0])
     name = f"MLP step ({'-'.join(map(str, sizes))}, batch {global_batch})"
     print(f"{name}  strategax {statistics.median(t_sx) * 1e3:8.3f} ms   "
           f"jax.shard_map {statistics.median(t_jax) * 1e3:8.3f} ms   "
-          f"median ratio {statistics.median(ratios):.3f}  (target <= 1.05; dataset batch, padded rows masked)")
+          f"median ratio {statistics.median(ratios):.3f}  (target <= 1.05; dataset batch, padded rows masked)"
+          f"  CPU time {statistics.median(cpu_ratios):.3f}")
     print(f"{name}  strategax {statistics.median(t_u) * 1e3:8.3f} ms   "
           f"(per-replica batch, no masks: the hand-written program)  "
           f"median ratio {statistics.median(ratios_u):.3f}  (target <= 1.02; "
-          f"control: two identical hand-written steps {statistics.median(control):.3f})")
+          f"control: two identical hand-written steps {statistics.median(control):.3f})"
+          f"  CPU time {statistics.median(cpu_ratios_u):.3f}")
 
     # Dispatch overhead: a trivial cached program, called many times. Blocks of 100 calls in
     # ABBA order (the order alternates, so neither side always runs first); the same comparison

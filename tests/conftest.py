@@ -92,7 +92,10 @@ def ir_round_trip(request):
         if id(self) in met:
             return original(self, sig)
         met[id(self)] = self
-        key = program_key(self)
+        if self.inputs is not None:
+            self.take_inputs(sig)  # taken once per call: which program runs depends on the batches
+        executable = self.executable_for(sig)
+        key = program_key(self, executable)
         if key in _CHECKED:
             return original(self, sig)
         args = [np.asarray(a) if not isinstance(a, jax.Array) else a for a in self.global_args(sig)]
@@ -102,8 +105,8 @@ def ir_round_trip(request):
         copies = args[:first_var] + [jnp.array(a, copy=True) for a in args[first_var:]]
         host_args = [jax.device_get(a) for a in args[:first_var]] + [
             np.array(jax.device_get(jnp.array(a, copy=True))) for a in args[first_var:]]
-        outs = self.executable_for(sig)(*copies)
-        records.append((self, key, host_args, [np.asarray(o) for o in jax.device_get(outs)]))
+        outs = executable(*copies)
+        records.append((self, key, host_args, [np.asarray(o) for o in jax.device_get(outs)], executable.constants))
         return original(self, sig)
 
     _function._Compiled.__call__ = recording
@@ -111,9 +114,9 @@ def ir_round_trip(request):
         yield
     finally:
         _function._Compiled.__call__ = original
-    for compiled, key, args, outs in records:
+    for compiled, key, args, outs, constants in records:
         if key not in _CHECKED:
-            check_round_trip(compiled, key[0], args, outs)
+            check_round_trip(compiled, key[0], args, outs, constants)
             _CHECKED.add(key)
 
 
@@ -122,18 +125,22 @@ def ir_round_trip(request):
 _CHECKED: set = set()
 
 
-def program_key(compiled) -> tuple:
-    """A compiled program's printed IR and the devices it runs on."""
+def program_key(compiled, executable) -> tuple:
+    """A compiled program's printed IR, the devices it runs on and the arguments the call's
+    program holds as constants."""
     mesh = compiled.executable.mesh
-    return sx.ir.print_module(compiled.module), tuple(d.id for d in np.asarray(mesh.devices).flat)
+    return (sx.ir.print_module(compiled.module), tuple(d.id for d in np.asarray(mesh.devices).flat),
+            frozenset(executable.constants))
 
 
-def check_round_trip(compiled, text, args, outs):
+def check_round_trip(compiled, text, args, outs, constants):
+    """The parsed IR prints the same text and, compiled as the call's program was (the same
+    arguments held as constants: XLA may fold a full loop's masks), gives the same outputs."""
     module = compiled.module
     parsed = sx.ir.parse(text)
     assert sx.ir.print_module(parsed) == text, "printing the parsed IR changed the text"
     sx.ir.verify(parsed)
-    executable = sx.backends.Executable(parsed, compiled.executable.mesh)
+    executable = sx.backends.Executable(parsed, compiled.executable.mesh, constants=constants)
     again = [np.asarray(o) for o in jax.device_get(executable(*args))]
     for a, b in zip(outs, again):
         np.testing.assert_array_equal(a, b)

@@ -3,6 +3,7 @@ steps (issue 36): batches the pipeline left on the host are stacked there and pl
 transfer per input, batches already placed are stacked on the devices. Every way ends with the
 weights of the same SGD steps written in plain JAX on one device, partial and empty replica
 batches included."""
+import time
 from typing import Any
 
 import jax
@@ -79,6 +80,26 @@ def test_loops_over_host_stacked_batches_match_plain_jax_with_partial_and_empty_
     assert isinstance(second._peek(), HostElement)  # the host-stacked path is the one under test
     assert epoch(train, second) == 3
     assert_weights(w, b, batches + batches)
+
+
+def test_the_pipeline_runs_a_loops_steps_ahead_once_loops_read_it():
+    # Intent: a loop of 5 steps takes 5 elements per call; handed over one at a time through a
+    # prefetch buffer of 1, each would wait on the pipeline's thread. Once a loop read the
+    # dataset, its iterators make up to 5 host elements ahead (the call's batches, stacked
+    # anyway); the weights stay plain JAX's.
+    st = sx.MirroredStrategy(["CPU:0", "CPU:1"])
+    batches = global_batches(10 * GLOBAL_BATCH)
+    w, b, train = model(st)
+    dataset = st.experimental_distribute_dataset(batches)
+    train(iter(dataset))
+    second: Any = iter(dataset)
+    second._peek()
+    deadline = time.monotonic() + 30
+    while second._source._queue.qsize() < STEPS - 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the producer fills the buffer: STEPS - 1 queued, one peeked
+    assert second._source._queue.qsize() == STEPS - 1
+    assert epoch(train, second) == 2
+    assert_weights(w, b, batches[:STEPS] + batches)
 
 
 def test_next_one_at_a_time_after_loops_gives_each_replica_its_rows():

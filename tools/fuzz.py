@@ -4,6 +4,7 @@
     python tools/fuzz.py --examples 20000 [--ir-every 5] [--seed 1] [--log fuzz.jsonl]
     python tools/fuzz.py --examples 20000 --chunk 500 --seed 1000 --log-dir DIR   # resumable
     python tools/fuzz.py --report DIR             # a chunked run's totals so far
+    python tools/fuzz.py --kinds transpose --examples 500   # steps biased to transposes
     python tools/fuzz.py --mutants [NAME ...]     # does the suite-budget fuzzer catch each?
 
 A run draws random replica programs (tests/fuzz/programs.py) and checks each against NumPy and
@@ -83,17 +84,18 @@ def shrink(p, failing: str, ir_order=None):
 
 def campaign(args) -> int:
     from hypothesis import Phase, given, settings, strategies as st
-    from tests.fuzz.programs import ALL_HEALTH_CHECKS, programs
+    from tests.fuzz.programs import ALL_HEALTH_CHECKS, KINDS, TRANSPOSE_KINDS, programs
 
     outcomes: collections.Counter = collections.Counter()
     failures: dict[str, dict] = {}
     log = open(args.log, "a") if args.log else None
     start, count = time.time(), [0]
     seen: set[str] = set()  # a hash of each program drawn: how many were distinct
+    kinds = TRANSPOSE_KINDS if args.kinds == "transpose" else KINDS
 
     @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=ALL_HEALTH_CHECKS)
-    @given(programs(max_steps=args.max_steps), st.lists(st.integers(0, 30), max_size=4))
+    @given(programs(max_steps=args.max_steps, kinds=kinds), st.lists(st.integers(0, 30), max_size=4))
     def one(p, order):
         count[0] += 1
         seen.add(hashlib.sha1(repr(p).encode()).hexdigest()[:16])
@@ -221,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-steps", type=int, default=8, help="the most steps a program has")
     ap.add_argument("--ir-every", type=int, default=5, help="every Nth program also through every pass (0: never)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--kinds", choices=("all", "transpose"), default="all",
+                    help="the steps drawn: every kind, or biased to transposes and their collectives")
     ap.add_argument("--log", default=None, help="append failures and the summary here (JSON lines)")
     ap.add_argument("--mutants", nargs="*", default=None, help="check the suite-budget fuzzer against mutants")
     ap.add_argument("--hashes", default=None, help="write a hash of each program drawn here")

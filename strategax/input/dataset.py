@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _context
 from .._markers import DistributedDatasetMarker, DistributedIteratorMarker
+from ..backends.transfer import HostPool
 from ..errors import DistributionTypeError, DistributionValueError
 from ..trace.batches import streams, takes
 from ..trace.batches.host_element import Placement, placed
@@ -82,7 +83,8 @@ class DistributedIterator(DistributedIteratorMarker):
                  placement: Placement | None = None):
         self._strategy = strategy
         self._placement = placement if placement is not None else Placement()
-        self._source = (Prefetcher(produce, options.experimental_per_replica_buffer_size)
+        ahead = self._placement.ahead if self._placement.bulk else 0  # compiled loops take that many at once
+        self._source = (Prefetcher(produce, max(options.experimental_per_replica_buffer_size, ahead))
                         if options.experimental_fetch_to_device else Synchronous(produce))
         self._ahead: deque = deque()  # elements read but not yet consumed (peeked, or put back)
         self._spec = None  # the cache key of the last element seen (see _spec_key)
@@ -109,6 +111,12 @@ class DistributedIterator(DistributedIteratorMarker):
         self._placement.bulk = bulk
         element = self._next_raw()
         return element if bulk or element is None else placed(element)
+
+    def _reserve(self, n: int) -> None:
+        """A compiled loop is about to take `n` elements: let the pipeline run that far ahead
+        (their host copies: the loop stacks them anyway), now and in later iterators."""
+        self._placement.ahead = max(self._placement.ahead, n)
+        self._source.reserve(n)
 
     def _next_raw(self) -> Any:
         if self._ahead:
@@ -276,6 +284,7 @@ class DistributedDataset(_Dataset):
         self._dataset = dataset
         workers = getattr(strategy, "_input_pipeline", lambda: (1, 0))()[0]
         self._policy = worker_policy(dataset, self._options) if workers > 1 else None  # shared per worker
+        self._pool = HostPool()  # the host copies of its batches, reused once placed arrays are gone
 
     def _one_shot(self) -> bool:
         return is_one_shot(self._dataset)
@@ -292,6 +301,6 @@ class DistributedDataset(_Dataset):
             counts = split_sizes(b, n)
             rows = max(rows, counts[0], 1)  # the first (full) batch fixes the static row count
             if self._placement.bulk:  # compiled loops read the iterators: they place several at once
-                yield host_split(mesh, leaves, treedef, counts, rows)
+                yield host_split(mesh, leaves, treedef, counts, rows, self._pool)
             else:  # placed ahead of use (in the prefetch thread)
-                yield place_split(mesh, leaves, treedef, counts, rows)
+                yield place_split(mesh, leaves, treedef, counts, rows, self._pool)

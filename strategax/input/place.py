@@ -71,10 +71,12 @@ def _layout(mesh, shape: tuple, dtype) -> ReplicaLayout:
     return _cached_layout(mesh, tuple(shape), np.dtype(dtype))
 
 
-def padded_host(pieces: Sequence[np.ndarray], rows: int) -> np.ndarray:
-    """The replicas' pieces, each padded with zero rows to `rows`, concatenated along axis 0."""
+def padded_host(pieces: Sequence[np.ndarray], rows: int, pool: transfer.HostPool | None = None) -> np.ndarray:
+    """The replicas' pieces, each padded with zero rows to `rows`, concatenated along axis 0
+    (in a buffer of `pool` when given)."""
     first = pieces[0]
-    out = transfer.host_array((rows * len(pieces), *first.shape[1:]), first.dtype)
+    make = transfer.host_array if pool is None else pool.array
+    out = make((rows * len(pieces), *first.shape[1:]), first.dtype)
     for i, p in enumerate(pieces):
         out[i * rows:i * rows + p.shape[0]] = p
     return out
@@ -86,32 +88,37 @@ def owned(x: np.ndarray) -> np.ndarray:
     return transfer.host_array(canonical.shape, canonical.dtype, canonical) if canonical is x else canonical
 
 
-def split_hosts(leaves: list[np.ndarray], counts: Sequence[int], rows: int) -> list[np.ndarray]:
+def split_hosts(leaves: list[np.ndarray], counts: Sequence[int], rows: int,
+                pool: transfer.HostPool | None = None) -> list[np.ndarray]:
     """Each leaf of a global batch split as `counts` (TensorFlow's split), every replica's piece
-    padded to `rows` rows: the host copy of its global array (the pipeline's own, see above)."""
+    padded to `rows` rows: the host copy of its global array (the pipeline's own, see above; in
+    a buffer of `pool`, the dataset's, when given)."""
     n = len(counts)
+    make = transfer.host_array if pool is None else pool.array
     hosts = []
     for x in leaves:
         canonical = _canonical(x)
         if canonical.shape[0] == rows * n:  # evenly split and full: one (aligned) copy of the batch
-            hosts.append(transfer.host_array(canonical.shape, canonical.dtype, canonical))
+            hosts.append(make(canonical.shape, canonical.dtype, canonical))
         else:
             offsets = np.cumsum([0, *counts])
-            hosts.append(padded_host([canonical[offsets[i]:offsets[i + 1]] for i in range(n)], rows))
+            hosts.append(padded_host([canonical[offsets[i]:offsets[i + 1]] for i in range(n)], rows, pool))
     return hosts
 
 
-def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> Any:
+def place_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int,
+                pool: transfer.HostPool | None = None) -> Any:
     """A global batch split as `counts` (TensorFlow's split) into a pytree of PerReplicaBatch."""
-    hosts = split_hosts(leaves, counts, rows)
+    hosts = split_hosts(leaves, counts, rows, pool)
     return jax.tree_util.tree_unflatten(treedef, _place_all(mesh, hosts, rows, counts, place_counts(mesh, counts)))
 
 
-def host_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int) -> HostElement:
+def host_split(mesh, leaves: list[np.ndarray], treedef, counts: Sequence[int], rows: int,
+               pool: transfer.HostPool | None = None) -> HostElement:
     """A global batch split and padded on the host (its own copy), placed when first used as a
     value: a compiled loop that takes several stacks them and places them together."""
     counts = tuple(int(c) for c in counts)
-    return HostElement(split_hosts(leaves, counts, rows), treedef, counts, rows,
+    return HostElement(split_hosts(leaves, counts, rows, pool), treedef, counts, rows,
                        functools.partial(_place_host, mesh))
 
 

@@ -111,6 +111,15 @@ class Prefetcher:
             _raise(item.error)
         return item
 
+    def reserve(self, n: int) -> None:
+        """Let the producer run up to `n` elements ahead (a compiled loop takes `n` at once:
+        one element at a time, each hand-over between the threads would wait on the other)."""
+        q = self._queue
+        with q.not_full:
+            if 0 < q.maxsize < n:
+                q.maxsize = n
+                q.not_full.notify_all()
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the producer thread and drop what it made; later `next()` calls raise
         StopIteration. Waits up to `timeout` seconds for the thread to end (it ends at its next
@@ -146,6 +155,9 @@ class Synchronous:
             return next(self._it)
         except BatchError as e:
             _raise(e)
+
+    def reserve(self, n: int) -> None:
+        """Nothing to do: elements are made when taken."""
 
     def close(self, timeout: float = 0.0) -> None:
         self._done = True

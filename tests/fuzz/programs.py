@@ -68,10 +68,22 @@ class Program:
 UNARY = ("sin", "tanh", "neg", "square")
 BINARY = ("add", "mul", "sub", "max")
 SHAPE = ("sum0", "sum_last", "mean_all", "dot", "flatten", "slice", "reverse", "take")
+# transposes (all axes reversed; the first axis moved last; a new last axis to give 3-D values)
+# and collectives of them: simplify-collectives sinks all_reduce(transpose(...)) below chains
+TRANSPOSE = ("transpose", "moveaxis", "stack_last")
 CONTROL = ("cond", "scan", "while", "grad", "grad_all_reduce")
 COLLECTIVE = ("all_reduce_sum", "all_reduce_mean", "all_gather", "replica_scale", "merge_reduce_sum",
               "merge_reduce_mean", "batch_reduce_sum", "batch_reduce_mean", "var_update")
+# all_reduce of: a transpose; two composed (the first axis moved last, then all reversed); the
+# same of a dot (sunk below the all_reduce: a matrix product XLA runs as one); two that cancel;
+# a weight gradient (jax.grad's transpose(dot_general))
+TRANSPOSE_COLLECTIVE = ("all_reduce_transpose", "all_reduce_moved", "all_reduce_dot_moved", "all_reduce_twice",
+                        "grad_dot_all_reduce")
+_MEAN_OF_TRANSPOSES = ("all_reduce_moved", "all_reduce_dot_moved")
 KINDS = UNARY + BINARY + SHAPE + CONTROL + COLLECTIVE
+# programs biased to transposes and their collectives (tests/fuzz/test_fuzz.py, a small budget)
+TRANSPOSE_KINDS = (TRANSPOSE * 2 + TRANSPOSE_COLLECTIVE * 2 + ("all_reduce_sum", "all_reduce_mean", "all_gather",
+                                                              "sum0", "add", "dot", "grad_all_reduce", "var_update"))
 # strategy.reduce (without axis, or over axis 0) and strategy.gather along axis 0, in the
 # compiled function after `run` (cross-replica context)
 POST = ("reduce_sum", "reduce_mean", "reduce_sum0", "reduce_mean0", "gather0")
@@ -79,11 +91,10 @@ POST = ("reduce_sum", "reduce_mean", "reduce_sum0", "reduce_mean0", "gather0")
 # an operand: half the time one of the two latest values (chains: a gather then its sum, two
 # reductions then their sum), else any earlier one (indices wrap around the values so far)
 _index = st.one_of(st.integers(-2, -1), st.integers(0, 15))
-_step = st.tuples(st.sampled_from(KINDS), _index, _index)
 
 
 @st.composite
-def programs(draw, max_steps: int = 6) -> Program:
+def programs(draw, max_steps: int = 6, kinds: tuple[str, ...] = KINDS) -> Program:
     n = draw(st.integers(1, 8))
     inputs = draw(st.sampled_from(["per_replica", "per_replica", "mirrored", "ragged", "wide", "dataset"]))
     rows: tuple[int, ...] = ()
@@ -91,7 +102,7 @@ def programs(draw, max_steps: int = 6) -> Program:
         rows = tuple(draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
     elif inputs == "dataset":  # a global batch of 2 rows per replica, the last one partial
         rows = (draw(st.integers(2 * n + 1, 4 * n - 1)) if n > 1 else 3,)
-    steps = tuple(draw(st.lists(_step, min_size=1, max_size=max_steps)))
+    steps = tuple(draw(st.lists(st.tuples(st.sampled_from(kinds), _index, _index), min_size=1, max_size=max_steps)))
     if inputs == "wide":  # steps whose indices depend on the width (take's and slice's, a reversal)
         # see the padded width here and each replica's own in TensorFlow: not comparable programs, so
         # they become sums over the width. `dot` stays: its matrix has the traced (padded) width, a
@@ -151,7 +162,7 @@ def _same_shape(vals: list, a, k: int):
     return b if jnp.shape(b) == jnp.shape(a) else a
 
 
-LOCAL = UNARY + BINARY + SHAPE + ("cond", "scan", "while", "grad")
+LOCAL = UNARY + BINARY + SHAPE + TRANSPOSE + ("cond", "scan", "while", "grad")
 
 
 def _local(kind: str, a, b):
@@ -175,6 +186,12 @@ def _local(kind: str, a, b):
         return a[..., :max(1, a.shape[-1] - 1)] if a.ndim else a
     if kind == "reverse":
         return a[..., ::-1] if a.ndim else a
+    if kind == "transpose":
+        return jnp.transpose(a)
+    if kind == "moveaxis":
+        return jnp.moveaxis(a, 0, -1) if a.ndim else a
+    if kind == "stack_last":
+        return jnp.stack([a, a * 2.0], axis=-1)
     if kind == "take":
         return jnp.take(a, jnp.asarray([0, a.shape[-1] - 1, 0]), axis=-1) if a.ndim else a
     if kind == "cond":
@@ -199,6 +216,14 @@ def _sx_step(step, vals, ctx, p: Program, strategy, var):
         return jax.grad(lambda v: jnp.sum(ctx.all_reduce("SUM", v * v, options=opts)))(a)
     if kind == "all_reduce_sum":
         return ctx.all_reduce("SUM", a, options=opts)
+    if kind in TRANSPOSE_COLLECTIVE and kind != "grad_dot_all_reduce":
+        return ctx.all_reduce("MEAN" if kind in _MEAN_OF_TRANSPOSES else "SUM", _transposed(kind, a), options=opts)
+    if kind == "grad_dot_all_reduce":  # a weight gradient: jax.grad makes it transpose(dot_general(...)); a
+        # polynomial loss, not sin: sin of values in the thousands turns float32 rounding into noise
+        if a.ndim != 2:
+            return ctx.all_reduce("SUM", a, options=opts)
+        w = jnp.asarray(weight(a.shape[-1]))
+        return ctx.all_reduce("SUM", jax.grad(lambda m: jnp.sum((a @ m) ** 2) / 2)(w), options=opts)
     if kind == "all_reduce_mean":
         return ctx.all_reduce("MEAN", a, options=opts)
     if kind == "all_gather":
@@ -217,6 +242,17 @@ def _sx_step(step, vals, ctx, p: Program, strategy, var):
     assert kind == "var_update" and var is not None and p.var is not None
     getattr(var, p.var[2])(_var_delta(a))
     return var.read_value()
+
+
+def _transposed(kind: str, a):
+    """What a TRANSPOSE_COLLECTIVE step (but the gradient) all-reduces, as strategax traces it."""
+    if kind == "all_reduce_transpose":
+        return jnp.transpose(a)
+    if kind == "all_reduce_twice":
+        return jnp.transpose(jnp.transpose(a))
+    if kind == "all_reduce_dot_moved":
+        a = _local("dot", a, a)
+    return jnp.transpose(_local("moveaxis", a, a))
 
 
 def _var_delta(a):
@@ -338,6 +374,12 @@ def _local_np_raw(kind: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a[..., :max(1, a.shape[-1] - 1)] if a.ndim else a
     if kind == "reverse":
         return a[..., ::-1] if a.ndim else a
+    if kind == "transpose":  # every axis reversed
+        return np.transpose(a)
+    if kind == "moveaxis":  # the first axis moved last
+        return np.transpose(a, tuple(range(1, a.ndim)) + (0,)) if a.ndim else a
+    if kind == "stack_last":
+        return np.stack([a, a * np.float32(2.0)], axis=-1)
     if kind == "take":  # jnp.take fills an index out of bounds (any index of an empty axis) with NaN
         if not a.ndim:
             return a
@@ -365,7 +407,22 @@ def _traced_shape(kind: str, shape_a: tuple, shape_b: tuple, n: int) -> tuple:
         return (n * shape[0],) + tuple(shape[1:])
     if kind == "var_update":
         return (D,)
+    if kind == "grad_dot_all_reduce":
+        return (shape_a[1], shape_a[1]) if len(shape_a) == 2 else shape_a
+    if kind in TRANSPOSE_COLLECTIVE:
+        return _transposed_np(kind, np.zeros(shape_a, np.float32)).shape
     return shape_a
+
+
+def _transposed_np(kind: str, a: np.ndarray) -> np.ndarray:
+    """`_transposed` in NumPy."""
+    if kind == "all_reduce_transpose":
+        return _local_np("transpose", a, a)
+    if kind == "all_reduce_twice":
+        return _local_np("transpose", _local_np("transpose", a, a), a)
+    if kind == "all_reduce_dot_moved":
+        a = _local_np("dot", a, a)
+    return _local_np("transpose", _local_np("moveaxis", a, a), a)
 
 
 def _bf16(values: list) -> list:
@@ -405,6 +462,19 @@ def _ref_step(step, vals, shapes, p: Program, var: _RefVar | None, rounded: bool
         if not _rows_of(a):
             return _Poison("an all_reduce of values that differ in shape"), shape_a
         return _reduce(a, "sum" if kind.endswith("sum") else "mean"), shape_a
+    if kind in TRANSPOSE_COLLECTIVE:  # the transposed (or differentiated) values, then their all_reduce
+        shape = _traced_shape(kind, shape_a, shape_b, n)
+        dot = kind == "all_reduce_dot_moved" or (kind == "grad_dot_all_reduce" and len(shape_a) == 2)
+        if dot and shape_a and any(np.shape(u)[-1] != shape_a[-1] for u in a):  # as `dot`: TensorFlow's matmul raises
+            return _Poison("a matmul of a value whose width differs from the matrix's on some replica"), shape
+        if kind == "grad_dot_all_reduce":
+            if len(shape_a) == 2:
+                a = [np.asarray(u.T @ (u @ weight(u.shape[-1])), np.float32) for u in a]  # d/dm sum((u m)^2) / 2
+        else:
+            a = [_transposed_np(kind, u) for u in a]
+        if not _rows_of(a):
+            return _Poison("an all_reduce of values that differ in shape"), shape
+        return squeeze(_reduce(squeeze(a), "mean" if kind in _MEAN_OF_TRANSPOSES else "sum")), shape
     if kind in ("all_reduce_sum", "all_reduce_mean"):
         if not _rows_of(a):
             return _Poison("an all_reduce of values that differ in shape"), shape_a
@@ -515,8 +585,8 @@ def tolerance(p: Program) -> dict:
     of a few 2**-8 of the largest value the program computes, which later steps carry along
     (a difference of two large sums keeps it), so compressed programs are held to that."""
     compressed = p.compression is not None and any(
-        s[0] in ("all_reduce_sum", "all_reduce_mean", "grad_all_reduce", "batch_reduce_sum", "batch_reduce_mean")
-        for s in p.steps)
+        s[0] in ("all_reduce_sum", "all_reduce_mean", "grad_all_reduce", "batch_reduce_sum", "batch_reduce_mean",
+                 *TRANSPOSE_COLLECTIVE) for s in p.steps)
     if compressed:
         return dict(rtol=3e-2, atol=3e-2 * (1.0 + _LARGEST), scaled=False)
     return dict(rtol=2e-4, atol=2e-4, scaled=True)

@@ -46,6 +46,10 @@ REGRESSIONS: list[Program] = [
     # strategax (rightly) did: the fuzzer's bug
     Program(n=1, inputs="dataset", rows=(3,), steps=(("sum0", 1, 7), ("flatten", 0, 8), ("sub", -2, -1)),
             post="reduce_mean0"),
+    # not a find: simplify-collectives' transpose sinking pinned (the transpose fuzz kinds):
+    # a 3-D dot's two transposes composed into one below the MEAN all_reduce, two that cancel
+    Program(n=4, inputs="per_replica", rows=(), steps=(("stack_last", 0, 0), ("all_reduce_dot_moved", 2, 0),
+                                                       ("all_reduce_twice", 3, 0), ("add", 4, 3))),
 ]
 
 # Programs where TensorFlow raises and strategax must raise a named error too (check(p) ==

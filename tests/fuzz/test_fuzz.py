@@ -12,11 +12,12 @@ import pytest
 from hypothesis import Phase, given, settings, strategies as st
 
 from .ir_modules import check_ir
-from .programs import ALL_HEALTH_CHECKS, Program, check, programs
+from .programs import ALL_HEALTH_CHECKS, TRANSPOSE_KINDS, Program, check, programs
 from .regressions import ILL_CONDITIONED, RAISING, REGRESSIONS
 
 PROGRAMS = int(os.environ.get("STRATEGAX_FUZZ_PROGRAMS", "24"))
 IR_MODULES = int(os.environ.get("STRATEGAX_FUZZ_IR", "10"))
+TRANSPOSES = int(os.environ.get("STRATEGAX_FUZZ_TRANSPOSES", "8"))
 
 
 def budget(examples: int) -> settings:
@@ -32,6 +33,16 @@ def budget(examples: int) -> settings:
 def test_random_programs_agree_with_numpy_and_jax(p: Program):
     # Intent: the same numbers per replica as NumPy/one-device JAX (TensorFlow's rules for the
     # collectives and variables), or a named strategax error; never another exception.
+    check(p)
+
+
+@pytest.mark.no_round_trip
+@budget(TRANSPOSES)
+@given(programs(max_steps=5, kinds=TRANSPOSE_KINDS))
+def test_random_programs_of_transposes_and_their_collectives_agree_with_numpy(p: Program):
+    # Intent: transposes (chains of them, 3-D values), all_reduces of transposes and weight
+    # gradients (jax.grad's transpose(dot_general)), which simplify-collectives sinks below the
+    # all_reduce, give NumPy's numbers per replica, or a named error where TensorFlow raises.
     check(p)
 
 

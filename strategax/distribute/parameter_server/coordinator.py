@@ -43,17 +43,23 @@ class _Work:
     in_flight: int = 0
     stopped: bool = False
 
-    def take(self, timeout: float):
-        """The next closure, None when none came within `timeout` seconds, or _STOP."""
+    def take(self, wait: bool):
+        """The next closure (waiting for one if `wait`), None when there is none, or _STOP."""
         with self.cond:
-            if not self.queue and not self.stopped:
-                self.cond.wait(timeout)
+            while wait and not self.queue and not self.stopped:
+                self.cond.wait()
             if self.stopped:
                 return _STOP
             if not self.queue:
                 return None
             self.in_flight += 1
             return self.queue.popleft()
+
+    def stop(self) -> None:
+        """The workers' threads end (the coordinator stopped, or was collected)."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
 
 
 def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
@@ -67,7 +73,7 @@ def _serve(coordinator_ref: weakref.ref, work: _Work, index: int) -> None:
     held = None  # a closure taken, sent after the ones in flight
     while True:
         while held is None and len(in_flight) < PIPELINE:
-            closure = work.take(0.0 if in_flight else 1.0)
+            closure = work.take(wait=not in_flight)
             if closure is _STOP:
                 return
             if closure is None:
@@ -143,6 +149,7 @@ class ClusterCoordinator:
         self._resource_ids = itertools.count()
         self._serving = self._cluster.num_workers
         self._rescheduled = 0  # functions run again after their worker died
+        weakref.finalize(self, self._work.stop)  # wakes the threads waiting for work: they end
         for i in range(self._cluster.num_workers):  # (a weak reference: the strategy can be collected)
             threading.Thread(target=_serve, args=(weakref.ref(self), self._work, i),
                              name=f"strategax-ps-worker-{i}", daemon=True).start()
@@ -173,7 +180,7 @@ class ClusterCoordinator:
         """Wait until every scheduled function has run; raise the first error one raised."""
         with self._work.cond:
             while self._work.queue or self._work.in_flight:
-                self._work.cond.wait(1.0)
+                self._work.cond.wait()
         self._raise_failure()
 
     def done(self) -> bool:
@@ -326,6 +333,4 @@ class ClusterCoordinator:
             self._work.cond.notify_all()
 
     def _stop(self) -> None:
-        with self._work.cond:
-            self._work.stopped = True
-            self._work.cond.notify_all()
+        self._work.stop()

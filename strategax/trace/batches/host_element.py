@@ -24,6 +24,7 @@ class Placement:
     a single `next()` outside such a loop sets it back."""
 
     bulk: bool = False
+    ahead: int = 0  # the most elements such a loop took at once: how far a new iterator prefetches
 
 
 class HostElement:

@@ -422,6 +422,10 @@ class InputPlan:
                 sites.append(got[0])
                 out.extend(got[1])
                 continue
+            for site in seg.sites:  # the pipelines may run the loop's steps ahead
+                reserve = getattr(host.source(site.stream), "_reserve", None)
+                if reserve is not None:
+                    reserve(seg.steps)
             rows: list[list] = []  # per step, one element per site
             while len(rows) < seg.steps:
                 row = []
