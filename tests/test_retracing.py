@@ -329,6 +329,54 @@ def test_a_new_strategy_function_per_call_is_caught(caplog):
     assert "nothing in the arguments" in text and "outside the loop" in text
 
 
+class _Tag:
+    """Auxiliary data that prints alike and compares by identity (as a layer's config object may)."""
+
+    def __repr__(self):
+        return "tag"
+
+
+@jax.tree_util.register_pytree_node_class
+class _Box:
+    def __init__(self, x, tag):
+        self.x, self.tag = x, tag
+
+    def tree_flatten(self):
+        return (self.x,), self.tag
+
+    @classmethod
+    def tree_unflatten(cls, tag, children):
+        return cls(children[0], tag)
+
+
+def test_functions_made_by_one_factory_are_named_as_such_not_as_a_changed_structure(caplog):
+    # Intent: two traces whose argument structures print alike are not described as "the
+    # structure changed" with the same text twice: made by another compiled function, the
+    # warning says so; by the same function, it names the unequal node data.
+    st = strategy()
+    x = jnp.ones(2)
+
+    def body(box):
+        return box.x + 1.0
+
+    with caplog.at_level(logging.WARNING, logger="strategax"):
+        for _ in range(5):
+            np.testing.assert_allclose(st.function(body)(_Box(x, _Tag())), np.ones(2) + 1.0)
+    text, = warnings_of(caplog)
+    assert "another compiled function of the same Python function" in text and "was" not in text.split("fix:")[0]
+
+    def other(box):
+        return box.x * 2.0
+
+    f = st.function(other)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="strategax"):
+        for _ in range(5):
+            np.testing.assert_allclose(f(_Box(x, _Tag())), np.ones(2) * 2.0)
+    text, = warnings_of(caplog)
+    assert "the same nesting" in text and "unequal node types or data" in text and "define namedtuples" in text
+
+
 # --- reduce_retracing ------------------------------------------------------------------------
 def test_reduce_retracing_traces_a_learning_rate_schedule_once(builds, caplog):
     # Intent: with reduce_retracing=True Python ints and floats are traced inputs: one program

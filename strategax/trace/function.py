@@ -293,7 +293,7 @@ class StrategyFunction:
     def _compile(self, sig: Signature) -> _Compiled:
         if self._cache:
             log.debug("strategax: retracing %s for a new input signature", self._name)
-        self._detector.traced(self._origin, self._key(sig), sig.treedef, self._parts, self._cache_size)
+        self._detector.traced(self._origin, self._key(sig), sig.treedef, self._parts, self._cache_size, self)
         with gc_pause.paused():  # trace, import and passes allocate; nothing to collect mid-way
             if dump.dump_dir() is None:
                 compiled = self._build(sig)

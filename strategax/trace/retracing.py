@@ -28,17 +28,18 @@ class Detector:
         self.calls = 0  # every call (the compiled functions' hit path adds 1)
         self._traces: deque[int] = deque()  # the call numbers that traced, within HISTORY calls
         self._warnings = 0
-        self._last: tuple | None = None  # (key, treedef, parts) of the previous trace
+        self._last: tuple | None = None  # (key, treedef, parts, owner) of the previous trace
 
-    def traced(self, fn: Callable, key: tuple, treedef, parts: list, cache_size: int) -> None:
+    def traced(self, fn: Callable, key: tuple, treedef, parts: list, cache_size: int, owner: Any = None) -> None:
         """Record a call that traces `fn` for the cache key `key` (structure `treedef`; `parts`:
-        the (name, key) of its captured values); warn when too many recent calls traced."""
+        the (name, key) of its captured values; `owner`: the compiled function that traced);
+        warn when too many recent calls traced."""
         with _lock:
             self.calls += 1
             self._traces.append(self.calls)
             while self.calls - self._traces[0] >= HISTORY:
                 self._traces.popleft()
-            previous, self._last = self._last, (key, treedef, list(parts))
+            previous, self._last = self._last, (key, treedef, list(parts), _ref(owner))
             if len(self._traces) < THRESHOLD or self._warnings >= MAX_WARNINGS:
                 return
             self._warnings += 1
@@ -47,6 +48,14 @@ class Detector:
         log.warning("%s", f"{count} out of the last {window} calls to {_where(fn)} triggered retracing "
                     f"(as tf.function warns): each traced it again and compiled a new program, which is "
                     f"slow and keeps the program in memory. What changed: {what}.\n  fix: {fix}")
+
+
+def _ref(owner: Any) -> Callable[[], Any]:
+    """A weak reference to `owner` where it takes one (a dead one reads None)."""
+    try:
+        return weakref.ref(owner)
+    except TypeError:
+        return lambda: owner
 
 
 _lock = threading.Lock()
@@ -124,14 +133,24 @@ def _describe(fn: Callable, previous: tuple | None, now: tuple, cache_size: int)
     """What changed between two traces, and the fix."""
     if previous is None:
         return "unknown", "call it with the same shapes, dtypes and Python values"
-    (old_key, old_tree, old_parts), (key, tree, parts) = previous, now
+    (old_key, old_tree, old_parts, old_owner), (key, tree, parts, owner) = previous, now
     changed_parts = [(name, a, b) for (name, a), (_, b) in zip(parts, old_parts) if a != b] \
         if len(parts) == len(old_parts) else []
     if changed_parts:
         what = "; ".join(f"{n} ({_show_part(a)}, was {_show_part(b)})" for n, a, b in changed_parts[:_MAX_NAMED])
         return what, ("pass values that change as arguments, not captured by the function (numbers as "
                       "arrays: args=(x, jnp.float32(lr)))")
+    other_function = owner() is None or old_owner() is not owner()
+    if (old_tree != tree and str(old_tree) == str(tree)) and other_function:
+        return ("another compiled function of the same Python function traced it (each such function, e.g. "
+                "made by one factory line, compiles its own program)",
+                "make the strategy.function once and call it for every use, or ignore this warning when "
+                "the functions are meant to differ")
     if old_tree != tree or len(old_key) != len(key):
+        if str(old_tree) == str(tree):
+            return (f"the arguments' containers: the same nesting ({str(tree)[:120]}) but unequal node types "
+                    "or data (a class defined twice, or a custom pytree node's auxiliary data)",
+                    "pass containers of the same classes every time (define namedtuples and dataclasses once)")
         return (f"the structure of the arguments ({str(tree)[:120]}, was {str(old_tree)[:120]})",
                 "call it with the same nesting of lists, tuples and dicts every time")
     names = leaf_names(fn, tree, len(key) - 1)
