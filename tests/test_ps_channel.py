@@ -3,6 +3,7 @@ steps scheduled through them train to plain JAX's numbers (each step's loss and 
 parameters, a 32 KB variable among them: more than one socket write), only a peer with the job's
 key is answered, answers come back in order, a closed peer ends a blocked read at once, and a
 worker whose channel breaks (its process still alive) is replaced with its steps run once."""
+import logging
 import threading
 import time
 from multiprocessing.connection import AuthenticationError
@@ -132,13 +133,24 @@ def test_a_closed_channel_ends_a_blocked_read():
         listener.close()
 
 
-def test_a_worker_whose_channel_breaks_is_replaced(ray_cluster):
+def test_a_worker_whose_channel_breaks_is_replaced(ray_cluster, monkeypatch, caplog):
     # Intent: while 20 steps (each adds one_hot(i) to `hits`) are in flight, the coordinator's
     # channel to worker 1 is closed with the worker's process alive: join() returns, every step
-    # ran exactly once (hits all ones, as numpy computes it), worker 1 becomes a new process, and
+    # ran exactly once (hits all ones, as numpy computes it), worker 1 becomes a new process
+    # (its first start again fails, injected: it is tried again, and the warning says why), and
     # the next round runs on the two workers exactly once too.
     steps = 20
     strategy = shared("2 workers, 1 ps", 2, 1)
+    real_restart, failed = strategy._cluster.restart_worker, []
+
+    def restart_failing_once(index):
+        if not failed:
+            failed.append(index)
+            raise RuntimeError("a busy node (injected)")
+        return real_restart(index)
+
+    monkeypatch.setattr(strategy._cluster, "restart_worker", restart_failing_once)
+    caplog.set_level(logging.WARNING, logger="strategax")
     coordinator = sx.experimental.coordinator.ClusterCoordinator(strategy)
     with strategy.scope():
         hits = sx.Variable(np.zeros(steps, np.int32), name="hits")
@@ -160,7 +172,11 @@ def test_a_worker_whose_channel_breaks_is_replaced(ray_cluster):
     coordinator.join()
     np.testing.assert_array_equal(hits.numpy(), np.ones(steps, np.int32))
     assert coordinator._rescheduled > rescheduled  # worker 1's steps in flight ran again
-    wait_for(lambda: strategy._cluster.worker_pids[1] != before, "worker 1 to start again", 300.0)
+    try:
+        wait_for(lambda: strategy._cluster.worker_pids[1] != before, "worker 1 to start again", 300.0)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; strategax's warnings: {caplog.text}") from None
+    assert failed == [1] and "could not be started again (attempt 1 of 3): RuntimeError: a busy node" in caplog.text
     for i in range(steps):
         coordinator.schedule(step, args=(np.int32(i),))
     coordinator.join()

@@ -75,9 +75,14 @@ class Cluster:
         except Exception:  # noqa: BLE001 - already gone
             pass
         worker = self._start_worker(index)
-        _, pid, address = ray.get(worker.ready.remote(self.server_addresses), timeout=STARTUP_TIMEOUT)
+        try:
+            _, pid, address = ray.get(worker.ready.remote(self.server_addresses), timeout=STARTUP_TIMEOUT)
+            conn = channel.connect(address, self.authkey)
+        except BaseException:
+            ray.kill(worker)  # not left running beside the next try
+            raise
         self.worker_pids[index] = pid
-        return worker, channel.connect(address, self.authkey)
+        return worker, conn
 
     def call_ps(self, ps: int, method: str, *args):
         """Call a parameter server from the coordinator; a server that does not answer is lost."""

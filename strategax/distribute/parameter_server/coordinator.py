@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import logging
 import pickle
 import threading
 import weakref
@@ -27,6 +28,7 @@ from .messages import Done, Raised, Resource, RunOutcome, ServerLost
 from .strategy import ParameterServerStrategy
 from .values import Failure, PerWorkerDataset, PerWorkerValues, RemoteValue
 
+log = logging.getLogger("strategax")
 MAX_RESTARTS = 3  # times a worker is started again after it dies
 PIPELINE = 2  # functions queued at a worker at once (one runs, the next waits there)
 _CLOSURE_IDS = itertools.count()
@@ -281,11 +283,15 @@ class ClusterCoordinator:
             self._done_with(closure, again=True)
             if self._work.stopped:
                 return False
-            restarts[0] += 1
-            if restarts[0] > MAX_RESTARTS or not self._restart(index):
-                self._lost_worker()
-                return False
-            return True
+            while restarts[0] < MAX_RESTARTS:  # a start that fails (a busy node, say) is tried again
+                restarts[0] += 1
+                error = self._restart(index)
+                if error is None:
+                    return True
+                log.warning("strategax: worker %d of the parameter-server job could not be started again "
+                            "(attempt %d of %d): %s", index, restarts[0], MAX_RESTARTS, error)
+            self._lost_worker()
+            return False
         try:
             outcome: RunOutcome = cast(RunOutcome, pickle.loads(answer))
         except Exception as e:  # noqa: BLE001 - a result this process cannot unpickle fails its function
@@ -306,8 +312,9 @@ class ClusterCoordinator:
             case Raised(error=error):
                 self._done_with(closure, Failure.raised(cloudpickle().loads(error)))
 
-    def _restart(self, index: int) -> bool:
-        """Start worker `index` again and make its per-worker datasets; False if it cannot start."""
+    def _restart(self, index: int) -> str | None:
+        """Start worker `index` again and make its per-worker datasets; what went wrong if it
+        could not start, else None."""
         ray = ray_module()
         try:
             worker, conn = self._cluster.restart_worker(index)
@@ -315,9 +322,9 @@ class ClusterCoordinator:
                 ray.get([worker.make_resource.remote(*r) for r in self._resources])
                 self._cluster.workers[index], self._cluster.channels[index] = worker, conn
                 self._sent[index] = set()
-        except Exception:  # noqa: BLE001 - the worker stays lost
-            return False
-        return True
+        except Exception as e:  # noqa: BLE001 - the worker stays lost (the caller may try again)
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        return None
 
     def _lost_worker(self) -> None:
         with self._work.cond:
