@@ -4,6 +4,11 @@ for the session (actors take seconds to start: tests that leave a job healthy sh
 import contextlib
 import json
 import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 import strategax as sx
 
@@ -53,3 +58,21 @@ def stop_shared() -> None:
 def server_of(var) -> int:
     """The parameter server that holds `var` (TensorFlow's device /job:ps/task:N)."""
     return var._store.ref.ps
+
+
+def counting_steps(strategy, steps: int, pause: float, pause_after: float = 0.0):
+    """A variable `hits` of `steps` zeros and a function to schedule, `step(i)`: it sleeps
+    `pause` seconds (so steps are in flight when a fault lands), adds one_hot(i) to `hits` in a
+    compiled update, then sleeps `pause_after`. Every step run exactly once leaves `hits` all ones."""
+    with strategy.scope():
+        hits = sx.Variable(np.zeros(steps, np.int32), name="hits")
+
+    @strategy.function
+    def mark(i):
+        hits.assign_add(jax.nn.one_hot(i, steps, dtype=jnp.int32))
+
+    def step(i):
+        time.sleep(pause)
+        mark(i)
+        time.sleep(pause_after)
+    return hits, step

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import strategax as sx
-from parameter_servers import TF_CONFIG, server_of, shared
+from parameter_servers import TF_CONFIG, counting_steps, server_of, shared
 from test_ps_faults import wait_for
 from strategax.cluster import channel
 
@@ -152,16 +152,7 @@ def test_a_worker_whose_channel_breaks_is_replaced(ray_cluster, monkeypatch, cap
     monkeypatch.setattr(strategy._cluster, "restart_worker", restart_failing_once)
     caplog.set_level(logging.WARNING, logger="strategax")
     coordinator = sx.experimental.coordinator.ClusterCoordinator(strategy)
-    with strategy.scope():
-        hits = sx.Variable(np.zeros(steps, np.int32), name="hits")
-
-    @strategy.function
-    def mark(i):
-        hits.assign_add(jax.nn.one_hot(i, steps, dtype=jnp.int32))
-
-    def step(i):
-        time.sleep(0.1)  # so that steps are in flight when the channel breaks
-        mark(i)
+    hits, step = counting_steps(strategy, steps, 0.1)  # steps in flight when the channel breaks
 
     before = strategy._cluster.worker_pids[1]
     rescheduled = coordinator._rescheduled

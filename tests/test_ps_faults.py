@@ -7,13 +7,11 @@ import signal
 import threading
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import strategax as sx
-from parameter_servers import job, shared
+from parameter_servers import counting_steps, job, shared
 
 STEPS = 40
 
@@ -50,17 +48,7 @@ def test_a_killed_worker_costs_nothing(ray_cluster):
     # worker, started again, runs the next round too.
     strategy = shared("2 workers, 1 ps", 2, 1)
     coordinator = sx.experimental.coordinator.ClusterCoordinator(strategy)
-    with strategy.scope():
-        hits = sx.Variable(np.zeros(STEPS, np.int32), name="hits")
-
-    @strategy.function
-    def mark(i):
-        hits.assign_add(jax.nn.one_hot(i, STEPS, dtype=jnp.int32))
-
-    def step(i):
-        time.sleep(0.05)
-        mark(i)
-        time.sleep(0.05)
+    hits, step = counting_steps(strategy, STEPS, 0.05, 0.05)
 
     for i in range(STEPS):
         coordinator.schedule(step, args=(np.int32(i),))
